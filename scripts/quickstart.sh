@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# README's first command: installs what is missing, builds Braid for this
+# machine (GPU flavor if it has a GPU and toolkit, else host only) and runs
+# the main job. Until the collectives exist, the main job is braid-info.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+flavor=$(braid_flavor)
+extra=()
+[[ $flavor == hip ]] && extra+=(--hip)
+[[ $flavor == cuda ]] && extra+=(--cuda)
+bash scripts/install-deps.sh "${extra[@]}"
+dir=$(braid_build "$flavor")
+"$dir/bin/braid-info"

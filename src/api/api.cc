@@ -1,0 +1,80 @@
+#include "api/api.h"
+
+#include <mutex>
+#include <string>
+
+#include "util/log.h"
+#include "util/strings.h"
+
+namespace braid::api {
+namespace {
+thread_local std::string tlsLastError;
+std::mutex gLastErrorMutex;
+std::string gLastError;  // guarded by gLastErrorMutex
+
+void record(const std::string& text) {
+  tlsLastError = text;
+  std::lock_guard<std::mutex> lock(gLastErrorMutex);
+  gLastError = text;
+}
+}  // namespace
+
+ncclResult_t finishCall(const char* func, const Status& status) {
+  std::string text = strCat(func, ": ", status.message());
+  if (status.code() != ncclInProgress) {
+    BRAID_WARN("%s", text.c_str());
+    record(text);
+  }
+  return status.code();
+}
+
+ncclResult_t failFromException(const char* func, const char* what) {
+  ncclResult_t code = std::string(what) == "out of host memory" ? ncclSystemError : ncclInternalError;
+  return finishCall(func, Status(code, what));
+}
+
+const char* lastErrorText() {
+  if (!tlsLastError.empty()) return tlsLastError.c_str();
+  static thread_local std::string copy;
+  std::lock_guard<std::mutex> lock(gLastErrorMutex);
+  copy = gLastError;
+  return copy.c_str();
+}
+
+Status checkNotNull(const void* ptr, const char* arg) {
+  if (ptr == nullptr) return invalidArgument("argument '", arg, "' is NULL");
+  return okStatus();
+}
+
+Status checkDatatype(ncclDataType_t type) {
+  int t = static_cast<int>(type);
+  if (t < 0 || t >= ncclNumTypes) {
+    return invalidArgument("argument 'datatype' is ", t, ", not a valid ncclDataType_t (0..",
+                           ncclNumTypes - 1, ")");
+  }
+  return okStatus();
+}
+
+Status checkRedOp(ncclRedOp_t op) {
+  int o = static_cast<int>(op);
+  if (o < 0) return invalidArgument("argument 'op' is ", o, ", not a valid ncclRedOp_t");
+  if (o >= ncclNumOps) {
+    // Values past ncclNumOps are custom operators made by ncclRedOpCreatePreMulSum,
+    // which cannot exist before communicators do.
+    return invalidArgument("argument 'op' is ", o,
+                           ", which is neither a built-in ncclRedOp_t nor one created by "
+                           "ncclRedOpCreatePreMulSum on this communicator");
+  }
+  return okStatus();
+}
+
+Status checkCommHandle(ncclComm_t comm) {
+  return checkNotNull(comm, "comm");
+}
+
+Status notBuiltYet(const char* func, const char* feature) {
+  return invalidUsage(func, " is not available in Braid ", BRAID_MAJOR, ".", BRAID_MINOR, ".",
+                      BRAID_PATCH, " yet: ", feature, " are not implemented in this release");
+}
+
+}  // namespace braid::api

@@ -1,0 +1,61 @@
+// Helpers for the C API layer (src/api/), the only extern "C" code in Braid.
+//
+// BRAID_API(ret, ncclX, args) defines pncclX and makes ncclX a weak alias of
+// it, both exported, as NCCL does: a profiler may interpose ncclX and still
+// reach Braid through pncclX. Each entry point validates its arguments, then
+// forwards to core through apiGuard(), which turns a Status into an
+// ncclResult_t, logs the failure at WARN with the function's name, records it
+// for ncclGetLastError, and keeps every exception from crossing the C API.
+#pragma once
+
+#include <new>
+
+#include "nccl.h"
+#include "util/status.h"
+
+#ifndef BRAID_NCCL_H
+#error "a foreign nccl.h was found before Braid's: check the include order"
+#endif
+
+// The alias is made in assembly because clang, unlike gcc, wants an alias's
+// target defined before the alias is declared, and the body follows the macro.
+#define BRAID_API(ret, name, ...)                                                        \
+  __asm__(".weak " #name "\n\t.set " #name ", p" #name "\n\t.type " #name ", @function"); \
+  extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
+
+namespace braid::api {
+
+// Logs and records a failed call's status; returns its code.
+ncclResult_t finishCall(const char* func, const Status& status);
+ncclResult_t failFromException(const char* func, const char* what);
+
+// Runs body (returning Status) with every exception turned into an error.
+template <typename Body>
+ncclResult_t apiGuard(const char* func, Body&& body) noexcept {
+  try {
+    Status status = body();
+    if (status.ok()) return ncclSuccess;
+    return finishCall(func, status);
+  } catch (const std::bad_alloc&) {
+    return failFromException(func, "out of host memory");
+  } catch (const std::exception& e) {
+    return failFromException(func, e.what());
+  } catch (...) {
+    return failFromException(func, "unknown exception");
+  }
+}
+
+// The last error text recorded on this thread (or, if none, in the process).
+const char* lastErrorText();
+
+// Argument checks shared by the entry points; each names the argument.
+Status checkNotNull(const void* ptr, const char* arg);
+Status checkDatatype(ncclDataType_t type);
+Status checkRedOp(ncclRedOp_t op);
+Status checkCommHandle(ncclComm_t comm);
+
+// For an entry point whose feature is not built yet: an ncclInvalidUsage
+// error that says so (Braid never pretends to succeed).
+Status notBuiltYet(const char* func, const char* feature);
+
+}  // namespace braid::api

@@ -1,0 +1,154 @@
+// Collectives and point-to-point. Arguments are validated here; the
+// collective engine is not built yet, so valid calls report that.
+#include "api/api.h"
+#include "braid.h"
+
+using namespace braid;
+
+namespace {
+constexpr const char* kCollectives = "collectives and point-to-point operations";
+
+// Checks shared by every data-moving call. `count` elements are read from
+// `send` and written to `recv` (either may be unused: pass a non-null dummy).
+Status checkData(ncclComm_t comm, const void* send, const char* sendName, const void* recv,
+                 const char* recvName, size_t count, ncclDataType_t type) {
+  BRAID_CHECK(api::checkCommHandle(comm));
+  BRAID_CHECK(api::checkDatatype(type));
+  if (count > 0) {
+    BRAID_CHECK(api::checkNotNull(send, sendName));
+    BRAID_CHECK(api::checkNotNull(recv, recvName));
+  }
+  return okStatus();
+}
+
+Status checkRoot(int root) {
+  if (root < 0) return invalidArgument("argument 'root' is ", root, "; it must be a rank >= 0");
+  return okStatus();
+}
+
+Status checkPeer(int peer) {
+  if (peer < 0) return invalidArgument("argument 'peer' is ", peer, "; it must be a rank >= 0");
+  return okStatus();
+}
+}  // namespace
+
+BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
+          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclAllReduce", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(api::checkRedOp(op));
+    return api::notBuiltYet("ncclAllReduce", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
+          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclReduce", [&]() -> Status {
+    // recvbuff matters on the root only, which cannot be known without the communicator.
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, datatype));
+    BRAID_CHECK(api::checkRedOp(op));
+    BRAID_CHECK(checkRoot(root));
+    return api::notBuiltYet("ncclReduce", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
+          ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclBroadcast", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkRoot(root));
+    return api::notBuiltYet("ncclBroadcast", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
+          ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclBcast", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, buff, "buff", buff, "buff", count, datatype));
+    BRAID_CHECK(checkRoot(root));
+    return api::notBuiltYet("ncclBcast", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclReduceScatter", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, datatype));
+    BRAID_CHECK(api::checkRedOp(op));
+    return api::notBuiltYet("ncclReduceScatter", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
+          ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclAllGather", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, datatype));
+    return api::notBuiltYet("ncclAllGather", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
+          ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclAlltoAll", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, datatype));
+    return api::notBuiltYet("ncclAlltoAll", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size_t count,
+          ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclAllToAll", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, datatype));
+    return api::notBuiltYet("ncclAllToAll", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcounts[],
+          const size_t sdispls[], void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+          ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclAllToAllv", [&]() -> Status {
+    BRAID_CHECK(api::checkCommHandle(comm));
+    BRAID_CHECK(api::checkDatatype(datatype));
+    BRAID_CHECK(api::checkNotNull(sendcounts, "sendcounts"));
+    BRAID_CHECK(api::checkNotNull(sdispls, "sdispls"));
+    BRAID_CHECK(api::checkNotNull(recvcounts, "recvcounts"));
+    BRAID_CHECK(api::checkNotNull(rdispls, "rdispls"));
+    return api::notBuiltYet("ncclAllToAllv", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
+          ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclGather", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, datatype));
+    BRAID_CHECK(checkRoot(root));
+    return api::notBuiltYet("ncclGather", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
+          ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclScatter", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkRoot(root));
+    return api::notBuiltYet("ncclScatter", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
+          int peer, ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclSend", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, datatype));
+    BRAID_CHECK(checkPeer(peer));
+    return api::notBuiltYet("ncclSend", kCollectives);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+          ncclComm_t comm, braidStream_t stream) {
+  return api::apiGuard("ncclRecv", [&]() -> Status {
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkPeer(peer));
+    return api::notBuiltYet("ncclRecv", kCollectives);
+  });
+}

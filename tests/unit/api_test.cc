@@ -1,0 +1,170 @@
+// The C API's behaviour on bad input and on features not built yet: every
+// case returns the right code, never crashes, and leaves a last-error text
+// naming the argument.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "braid.h"
+#include "nccl.h"
+
+namespace {
+
+// A communicator handle that is not NULL; no call may dereference it in this
+// release, since no communicator can exist yet.
+ncclComm_t fakeComm() { return reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(0x10)); }
+
+struct Case {
+  const char* name;
+  std::function<ncclResult_t()> call;
+  ncclResult_t expected;
+  const char* mentions;  // text the last error must contain
+};
+
+TEST(Api, BadInputTable) {
+  float buf[4] = {};
+  ncclComm_t comm = nullptr;
+  ncclUniqueId id{};
+  ncclConfig_t badMagic = NCCL_CONFIG_INITIALIZER;
+  badMagic.magic = 0x1234;
+  ncclConfig_t badSize = NCCL_CONFIG_INITIALIZER;
+  badSize.size = 8;
+  ncclConfig_t badBlocking = NCCL_CONFIG_INITIALIZER;
+  badBlocking.blocking = 7;
+  int devs[2] = {0, 0};
+  const std::vector<Case> cases = {
+      {"GetVersion NULL", [&] { return ncclGetVersion(nullptr); }, ncclInvalidArgument, "version"},
+      {"GetUniqueId NULL", [&] { return ncclGetUniqueId(nullptr); }, ncclInvalidArgument, "uniqueId"},
+      {"InitRank NULL comm", [&] { return ncclCommInitRank(nullptr, 2, id, 0); }, ncclInvalidArgument, "comm"},
+      {"InitRank nranks 0", [&] { return ncclCommInitRank(&comm, 0, id, 0); }, ncclInvalidArgument, "nranks"},
+      {"InitRank rank high", [&] { return ncclCommInitRank(&comm, 2, id, 2); }, ncclInvalidArgument, "rank"},
+      {"InitRank rank neg", [&] { return ncclCommInitRank(&comm, 2, id, -1); }, ncclInvalidArgument, "rank"},
+      {"InitConfig magic", [&] { return ncclCommInitRankConfig(&comm, 2, id, 0, &badMagic); },
+       ncclInvalidArgument, "magic"},
+      {"InitConfig size", [&] { return ncclCommInitRankConfig(&comm, 2, id, 0, &badSize); },
+       ncclInvalidArgument, "size"},
+      {"InitConfig blocking", [&] { return ncclCommInitRankConfig(&comm, 2, id, 0, &badBlocking); },
+       ncclInvalidArgument, "blocking"},
+      {"InitAll ndev 0", [&] { return ncclCommInitAll(&comm, 0, nullptr); }, ncclInvalidArgument, "ndev"},
+      {"InitAll duplicate dev", [&] { return ncclCommInitAll(&comm, 2, devs); }, ncclInvalidArgument, "devlist"},
+      {"Scalable nId 0", [&] { return ncclCommInitRankScalable(&comm, 2, 0, 0, &id, nullptr); },
+       ncclInvalidArgument, "nId"},
+      {"Destroy NULL", [&] { return ncclCommDestroy(nullptr); }, ncclInvalidArgument, "comm"},
+      {"Abort NULL", [&] { return ncclCommAbort(nullptr); }, ncclInvalidArgument, "comm"},
+      {"Count NULL out", [&] { return ncclCommCount(fakeComm(), nullptr); }, ncclInvalidArgument, "count"},
+      {"Split bad color", [&] { return ncclCommSplit(fakeComm(), -5, 0, &comm, nullptr); },
+       ncclInvalidArgument, "color"},
+      {"AllReduce NULL comm", [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr); },
+       ncclInvalidArgument, "comm"},
+      {"AllReduce bad type",
+       [&] { return ncclAllReduce(buf, buf, 4, static_cast<ncclDataType_t>(12), ncclSum, fakeComm(), nullptr); },
+       ncclInvalidArgument, "datatype"},
+      {"AllReduce bad op",
+       [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, static_cast<ncclRedOp_t>(-1), fakeComm(), nullptr); },
+       ncclInvalidArgument, "op"},
+      {"AllReduce NULL send", [&] { return ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, fakeComm(), nullptr); },
+       ncclInvalidArgument, "sendbuff"},
+      {"AllGather NULL recv", [&] { return ncclAllGather(buf, nullptr, 1, ncclFloat, fakeComm(), nullptr); },
+       ncclInvalidArgument, "recvbuff"},
+      {"Broadcast bad root", [&] { return ncclBroadcast(buf, buf, 1, ncclFloat, -1, fakeComm(), nullptr); },
+       ncclInvalidArgument, "root"},
+      {"Send bad peer", [&] { return ncclSend(buf, 1, ncclFloat, -3, fakeComm(), nullptr); },
+       ncclInvalidArgument, "peer"},
+      {"AllToAllv NULL counts",
+       [&] { return ncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, ncclFloat, fakeComm(), nullptr); },
+       ncclInvalidArgument, "sendcounts"},
+      {"PreMulSum NULL scalar",
+       [&] {
+         ncclRedOp_t op;
+         return ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, fakeComm());
+       },
+       ncclInvalidArgument, "scalar"},
+      {"RedOpDestroy builtin", [&] { return ncclRedOpDestroy(ncclSum, fakeComm()); }, ncclInvalidArgument, "op"},
+      {"GroupEnd unmatched", [&] { return ncclGroupEnd(); }, ncclInvalidUsage, "ncclGroupStart"},
+      {"SimulateEnd NULL", [&] { return ncclGroupSimulateEnd(nullptr); }, ncclInvalidArgument, "simInfo"},
+      {"MemFree foreign", [&] { return ncclMemFree(buf); }, ncclInvalidArgument, "ncclMemAlloc"},
+      {"MemAlloc zero", [&] {
+         void* p = nullptr;
+         return ncclMemAlloc(&p, 0);
+       }, ncclInvalidArgument, "size"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(c.call(), c.expected);
+    std::string last = ncclGetLastError(nullptr);
+    EXPECT_NE(last.find(c.mentions), std::string::npos) << "last error: " << last;
+  }
+}
+
+TEST(Api, FeaturesNotBuiltSaySo) {
+  float buf[4] = {};
+  ncclUniqueId id{};
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclGetUniqueId(&id), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
+  EXPECT_EQ(ncclCommInitRank(&comm, 2, id, 0), ncclInvalidUsage);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, fakeComm(), nullptr), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclAllReduce"), std::string::npos);
+  EXPECT_EQ(ncclAllToAll(buf, buf, 1, ncclFloat, fakeComm(), nullptr), ncclInvalidUsage);
+}
+
+TEST(Api, ErrorStringsNeverNull) {
+  for (int r = -5; r < 20; ++r) {
+    const char* s = ncclGetErrorString(static_cast<ncclResult_t>(r));
+    ASSERT_NE(s, nullptr);
+    EXPECT_GT(std::strlen(s), 0u);
+  }
+  EXPECT_STREQ(ncclGetErrorString(ncclSuccess), "no error");
+  EXPECT_NE(std::string(ncclGetErrorString(ncclRemoteError)).find("remote"), std::string::npos);
+}
+
+TEST(Api, ProfilingTwinsAreTheSameFunctions) {
+  int a = 0, b = 0;
+  EXPECT_EQ(pncclGetVersion(&a), ncclSuccess);
+  EXPECT_EQ(ncclGetVersion(&b), ncclSuccess);
+  EXPECT_EQ(a, b);
+  EXPECT_STREQ(pncclGetErrorString(ncclInvalidUsage), ncclGetErrorString(ncclInvalidUsage));
+}
+
+TEST(Api, GroupsNestAndSimulate) {
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_EQ(sim.estimatedTime, 0.0f);  // an empty group takes no time
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+  bad.magic = 1;
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&bad), ncclInvalidArgument);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);  // the bad call did not consume the group
+}
+
+TEST(Api, MemAllocRoundTrip) {
+  void* p = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(p), ncclInvalidArgument);  // double free is caught
+  EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // ncclResetDebugInit
+TEST(Api, BadEnvironmentFailsStartup) {
+  setenv("NCCL_DEBUG_SUBSYS", "NOPE", 1);
+  ncclResetDebugInit();
+  ncclUniqueId id{};
+  EXPECT_EQ(ncclGetUniqueId(&id), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("NCCL_DEBUG_SUBSYS"), std::string::npos);
+  unsetenv("NCCL_DEBUG_SUBSYS");
+  ncclResetDebugInit();
+}
+#pragma GCC diagnostic pop
+
+}  // namespace
