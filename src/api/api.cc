@@ -46,8 +46,7 @@ Status checkNotNull(const void* ptr, const char* arg) {
   return okStatus();
 }
 
-Status checkDatatype(ncclDataType_t type) {
-  int t = static_cast<int>(type);
+Status checkDatatype(int t) {
   if (t < 0 || t >= ncclNumTypes) {
     return invalidArgument("argument 'datatype' is ", t, ", not a valid ncclDataType_t (0..",
                            ncclNumTypes - 1, ")");
@@ -55,8 +54,7 @@ Status checkDatatype(ncclDataType_t type) {
   return okStatus();
 }
 
-Status checkRedOp(ncclRedOp_t op) {
-  int o = static_cast<int>(op);
+Status checkRedOp(int o) {
   if (o < 0) return invalidArgument("argument 'op' is ", o, ", not a valid ncclRedOp_t");
   if (o >= ncclNumOps) {
     // Values past ncclNumOps are custom operators made by ncclRedOpCreatePreMulSum,

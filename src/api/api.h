@@ -8,6 +8,7 @@
 // for ncclGetLastError, and keeps every exception from crossing the C API.
 #pragma once
 
+#include <cstring>
 #include <new>
 
 #include "nccl.h"
@@ -45,13 +46,24 @@ ncclResult_t apiGuard(const char* func, Body&& body) noexcept {
   }
 }
 
+// The int value of an enum argument, read without an enum load.
+template <typename E>
+inline int rawEnum(const E& value) {
+  static_assert(sizeof(E) == sizeof(int), "NCCL enums are int-sized");
+  int raw;
+  std::memcpy(&raw, &value, sizeof(raw));
+  return raw;
+}
+
 // The last error text recorded on this thread (or, if none, in the process).
 const char* lastErrorText();
 
 // Argument checks shared by the entry points; each names the argument.
 Status checkNotNull(const void* ptr, const char* arg);
-Status checkDatatype(ncclDataType_t type);
-Status checkRedOp(ncclRedOp_t op);
+// Enums arrive from C, where any int fits; reading an out-of-range value as a
+// C++ enum is undefined, so checks take the raw bits (see rawEnum).
+Status checkDatatype(int type);
+Status checkRedOp(int op);
 Status checkCommHandle(ncclComm_t comm);
 
 // For an entry point whose feature is not built yet: an ncclInvalidUsage

@@ -11,7 +11,7 @@ constexpr const char* kCollectives = "collectives and point-to-point operations"
 // Checks shared by every data-moving call. `count` elements are read from
 // `send` and written to `recv` (either may be unused: pass a non-null dummy).
 Status checkData(ncclComm_t comm, const void* send, const char* sendName, const void* recv,
-                 const char* recvName, size_t count, ncclDataType_t type) {
+                 const char* recvName, size_t count, int type) {
   BRAID_CHECK(api::checkCommHandle(comm));
   BRAID_CHECK(api::checkDatatype(type));
   if (count > 0) {
@@ -35,8 +35,8 @@ Status checkPeer(int peer) {
 BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllReduce", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, datatype));
-    BRAID_CHECK(api::checkRedOp(op));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
+    BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return api::notBuiltYet("ncclAllReduce", kCollectives);
   });
 }
@@ -45,8 +45,8 @@ BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t
           ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclReduce", [&]() -> Status {
     // recvbuff matters on the root only, which cannot be known without the communicator.
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, datatype));
-    BRAID_CHECK(api::checkRedOp(op));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
+    BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclReduce", kCollectives);
   });
@@ -55,7 +55,7 @@ BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t
 BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclBroadcast", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclBroadcast", kCollectives);
   });
@@ -64,7 +64,7 @@ BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, siz
 BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
           ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclBcast", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, buff, "buff", buff, "buff", count, datatype));
+    BRAID_CHECK(checkData(comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclBcast", kCollectives);
   });
@@ -73,8 +73,8 @@ BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t data
 BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclReduceScatter", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, datatype));
-    BRAID_CHECK(api::checkRedOp(op));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype)));
+    BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return api::notBuiltYet("ncclReduceScatter", kCollectives);
   });
 }
@@ -82,7 +82,7 @@ BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
 BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllGather", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, datatype));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype)));
     return api::notBuiltYet("ncclAllGather", kCollectives);
   });
 }
@@ -90,7 +90,7 @@ BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, siz
 BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAlltoAll", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     return api::notBuiltYet("ncclAlltoAll", kCollectives);
   });
 }
@@ -98,7 +98,7 @@ BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size
 BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllToAll", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     return api::notBuiltYet("ncclAllToAll", kCollectives);
   });
 }
@@ -108,7 +108,7 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllToAllv", [&]() -> Status {
     BRAID_CHECK(api::checkCommHandle(comm));
-    BRAID_CHECK(api::checkDatatype(datatype));
+    BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));
     BRAID_CHECK(api::checkNotNull(sendcounts, "sendcounts"));
     BRAID_CHECK(api::checkNotNull(sdispls, "sdispls"));
     BRAID_CHECK(api::checkNotNull(recvcounts, "recvcounts"));
@@ -120,7 +120,7 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
 BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclGather", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, datatype));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclGather", kCollectives);
   });
@@ -129,7 +129,7 @@ BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t
 BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclScatter", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclScatter", kCollectives);
   });
@@ -138,7 +138,7 @@ BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_
 BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
           int peer, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclSend", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, datatype));
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkPeer(peer));
     return api::notBuiltYet("ncclSend", kCollectives);
   });
@@ -147,7 +147,7 @@ BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTy
 BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
           ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclRecv", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, datatype));
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkPeer(peer));
     return api::notBuiltYet("ncclRecv", kCollectives);
   });

@@ -151,14 +151,15 @@ BRAID_COMM_ENTRY(ncclRedOpCreatePreMulSum,
                             ncclScalarResidence_t residence, ncclComm_t comm), {
   BRAID_CHECK(api::checkNotNull(op, "op"));
   BRAID_CHECK(api::checkNotNull(scalar, "scalar"));
-  BRAID_CHECK(api::checkDatatype(datatype));
-  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
-    return invalidArgument("argument 'residence' is ", static_cast<int>(residence));
+  BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));
+  int res = api::rawEnum(residence);
+  if (res != ncclScalarDevice && res != ncclScalarHostImmediate) {
+    return invalidArgument("argument 'residence' is ", res);
   }
 })
 BRAID_COMM_ENTRY(ncclRedOpDestroy, BRAID_ARGS(ncclRedOp_t op, ncclComm_t comm), {
-  if (static_cast<int>(op) < ncclNumOps) {
-    return invalidArgument("argument 'op' is built-in operator ", static_cast<int>(op),
+  if (api::rawEnum(op) < ncclNumOps) {
+    return invalidArgument("argument 'op' is built-in operator ", api::rawEnum(op),
                            "; only operators from ncclRedOpCreatePreMulSum can be destroyed");
   }
 })

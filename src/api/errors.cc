@@ -23,7 +23,7 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t braidGetVersion(i
 }
 
 BRAID_API(const char*, ncclGetErrorString, ncclResult_t result) {
-  switch (result) {
+  switch (api::rawEnum(result)) {
     case ncclSuccess: return "no error";
     case ncclUnhandledCudaError: return "unhandled GPU runtime error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";

@@ -15,6 +15,14 @@ namespace {
 
 // A communicator handle that is not NULL; no call may dereference it in this
 // release, since no communicator can exist yet.
+// C callers may pass any int where nccl.h declares an enum; a C++ enum cannot
+// hold such values without undefined behaviour, so these call the entry
+// points through int-typed pointers, as a C caller's code does at the ABI.
+using AllReduceRaw = ncclResult_t (*)(const void*, void*, size_t, int, int, ncclComm_t, braidStream_t);
+using ErrorStringRaw = const char* (*)(int);
+AllReduceRaw allReduceRaw() { return reinterpret_cast<AllReduceRaw>(&ncclAllReduce); }
+ErrorStringRaw errorStringRaw() { return reinterpret_cast<ErrorStringRaw>(&ncclGetErrorString); }
+
 ncclComm_t fakeComm() { return reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(0x10)); }
 
 struct Case {
@@ -60,10 +68,10 @@ TEST(Api, BadInputTable) {
       {"AllReduce NULL comm", [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr); },
        ncclInvalidArgument, "comm"},
       {"AllReduce bad type",
-       [&] { return ncclAllReduce(buf, buf, 4, static_cast<ncclDataType_t>(12), ncclSum, fakeComm(), nullptr); },
+       [&] { return allReduceRaw()(buf, buf, 4, 12, ncclSum, fakeComm(), nullptr); },
        ncclInvalidArgument, "datatype"},
       {"AllReduce bad op",
-       [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, static_cast<ncclRedOp_t>(-1), fakeComm(), nullptr); },
+       [&] { return allReduceRaw()(buf, buf, 4, ncclFloat, -1, fakeComm(), nullptr); },
        ncclInvalidArgument, "op"},
       {"AllReduce NULL send", [&] { return ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, fakeComm(), nullptr); },
        ncclInvalidArgument, "sendbuff"},
@@ -114,7 +122,7 @@ TEST(Api, FeaturesNotBuiltSaySo) {
 
 TEST(Api, ErrorStringsNeverNull) {
   for (int r = -5; r < 20; ++r) {
-    const char* s = ncclGetErrorString(static_cast<ncclResult_t>(r));
+    const char* s = errorStringRaw()(r);
     ASSERT_NE(s, nullptr);
     EXPECT_GT(std::strlen(s), 0u);
   }
