@@ -4,16 +4,18 @@
 #
 #   scripts/install-deps.sh          compiler, CMake, Ninja, GoogleTest
 #   scripts/install-deps.sh --hip    also Debian's HIP toolchain (hipcc, clang, HIP headers)
+#   scripts/install-deps.sh --fuzz   also clang with libFuzzer (the fuzz targets)
 #
 # The cuda flavor needs NVIDIA's CUDA toolkit (nvcc), which Debian does not
 # package: install it from NVIDIA; this script only checks for it (--cuda).
 set -euo pipefail
 
-want_hip=0 want_cuda=0
+want_hip=0 want_cuda=0 want_fuzz=0
 for arg in "$@"; do
   case $arg in
     --hip) want_hip=1 ;;
     --cuda) want_cuda=1 ;;
+    --fuzz) want_fuzz=1 ;;
     *) echo "install-deps.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -21,6 +23,9 @@ done
 packages=(g++ gcc make cmake ninja-build libgtest-dev binutils pkg-config ca-certificates)
 if (( want_hip )); then
   packages+=(hipcc libamdhip64-dev)
+fi
+if (( want_fuzz )); then
+  packages+=(clang libclang-rt-dev)
 fi
 
 missing=()

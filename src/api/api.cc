@@ -3,6 +3,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/comm.h"
 #include "util/log.h"
 #include "util/strings.h"
 
@@ -19,23 +20,28 @@ void record(const std::string& text) {
 }
 }  // namespace
 
-ncclResult_t finishCall(const char* func, const Status& status) {
+ncclResult_t finishCall(const char* func, const Status& status, ncclComm_t comm) {
   std::string text = strCat(func, ": ", status.message());
   if (status.code() != ncclInProgress) {
     BRAID_WARN("%s", text.c_str());
     record(text);
+    if (comm != nullptr) recordCommError(comm, text);
   }
   return status.code();
 }
 
-ncclResult_t failFromException(const char* func, const char* what) {
+ncclResult_t failFromException(const char* func, const char* what, ncclComm_t comm) {
   ncclResult_t code = std::string(what) == "out of host memory" ? ncclSystemError : ncclInternalError;
-  return finishCall(func, Status(code, what));
+  return finishCall(func, Status(code, what), comm);
 }
 
-const char* lastErrorText() {
-  if (!tlsLastError.empty()) return tlsLastError.c_str();
+const char* lastErrorText(ncclComm_t comm) {
   static thread_local std::string copy;
+  if (comm != nullptr) {
+    copy = commLastError(comm);
+    if (!copy.empty()) return copy.c_str();
+  }
+  if (!tlsLastError.empty()) return tlsLastError.c_str();
   std::lock_guard<std::mutex> lock(gLastErrorMutex);
   copy = gLastError;
   return copy.c_str();
@@ -67,7 +73,8 @@ Status checkRedOp(int o) {
 }
 
 Status checkCommHandle(ncclComm_t comm) {
-  return checkNotNull(comm, "comm");
+  Communicator* c = nullptr;
+  return lookupComm(comm, &c, /*needReady=*/true);
 }
 
 Status notBuiltYet(const char* func, const char* feature) {

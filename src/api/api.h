@@ -26,23 +26,24 @@
 
 namespace braid::api {
 
-// Logs and records a failed call's status; returns its code.
-ncclResult_t finishCall(const char* func, const Status& status);
-ncclResult_t failFromException(const char* func, const char* what);
+// Logs and records a failed call's status (also on `comm`, if it is a live
+// communicator); returns its code.
+ncclResult_t finishCall(const char* func, const Status& status, ncclComm_t comm);
+ncclResult_t failFromException(const char* func, const char* what, ncclComm_t comm);
 
 // Runs body (returning Status) with every exception turned into an error.
 template <typename Body>
-ncclResult_t apiGuard(const char* func, Body&& body) noexcept {
+ncclResult_t apiGuard(const char* func, Body&& body, ncclComm_t comm = nullptr) noexcept {
   try {
     Status status = body();
     if (status.ok()) return ncclSuccess;
-    return finishCall(func, status);
+    return finishCall(func, status, comm);
   } catch (const std::bad_alloc&) {
-    return failFromException(func, "out of host memory");
+    return failFromException(func, "out of host memory", comm);
   } catch (const std::exception& e) {
-    return failFromException(func, e.what());
+    return failFromException(func, e.what(), comm);
   } catch (...) {
-    return failFromException(func, "unknown exception");
+    return failFromException(func, "unknown exception", comm);
   }
 }
 
@@ -55,8 +56,9 @@ inline int rawEnum(const E& value) {
   return raw;
 }
 
-// The last error text recorded on this thread (or, if none, in the process).
-const char* lastErrorText();
+// The last error text of `comm` if it has one, else of this thread, else of
+// the process.
+const char* lastErrorText(ncclComm_t comm);
 
 // Argument checks shared by the entry points; each names the argument.
 Status checkNotNull(const void* ptr, const char* arg);
@@ -64,6 +66,7 @@ Status checkNotNull(const void* ptr, const char* arg);
 // C++ enum is undefined, so checks take the raw bits (see rawEnum).
 Status checkDatatype(int type);
 Status checkRedOp(int op);
+// A live communicator whose init completed and that is not finalized.
 Status checkCommHandle(ncclComm_t comm);
 
 // For an entry point whose feature is not built yet: an ncclInvalidUsage

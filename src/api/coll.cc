@@ -38,7 +38,7 @@ BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, siz
     BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return api::notBuiltYet("ncclAllReduce", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
@@ -49,7 +49,7 @@ BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclReduce", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
@@ -58,7 +58,7 @@ BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, siz
     BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclBroadcast", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
@@ -67,7 +67,7 @@ BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t data
     BRAID_CHECK(checkData(comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclBcast", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -76,7 +76,7 @@ BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
     BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype)));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return api::notBuiltYet("ncclReduceScatter", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -84,7 +84,7 @@ BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, siz
   return api::apiGuard("ncclAllGather", [&]() -> Status {
     BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype)));
     return api::notBuiltYet("ncclAllGather", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
@@ -92,7 +92,7 @@ BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size
   return api::apiGuard("ncclAlltoAll", [&]() -> Status {
     BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     return api::notBuiltYet("ncclAlltoAll", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size_t count,
@@ -100,7 +100,7 @@ BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size
   return api::apiGuard("ncclAllToAll", [&]() -> Status {
     BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     return api::notBuiltYet("ncclAllToAll", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendcounts[],
@@ -114,7 +114,7 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
     BRAID_CHECK(api::checkNotNull(recvcounts, "recvcounts"));
     BRAID_CHECK(api::checkNotNull(rdispls, "rdispls"));
     return api::notBuiltYet("ncclAllToAllv", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
@@ -123,7 +123,7 @@ BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t
     BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclGather", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
@@ -132,7 +132,7 @@ BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_
     BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkRoot(root));
     return api::notBuiltYet("ncclScatter", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
@@ -141,7 +141,7 @@ BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTy
     BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkPeer(peer));
     return api::notBuiltYet("ncclSend", kCollectives);
-  });
+  }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
@@ -150,5 +150,5 @@ BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t d
     BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
     BRAID_CHECK(checkPeer(peer));
     return api::notBuiltYet("ncclRecv", kCollectives);
-  });
+  }, comm);
 }

@@ -1,13 +1,13 @@
-// Unique id and communicator life cycle. Arguments are validated here; the
-// communicator layer itself is not built yet, so valid calls report that.
+// Unique id and communicator life cycle: validate, then forward to core/init.
 #include "api/api.h"
 #include "core/config.h"
+#include "core/init.h"
 #include "core/library.h"
 
 using namespace braid;
 
 namespace {
-constexpr const char* kCommunicators = "communicators (bootstrap, init, split, destroy)";
+constexpr const char* kNotYet = "collectives, buffer registration and custom reduction operators";
 
 Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   BRAID_CHECK(api::checkNotNull(comm, "comm"));
@@ -17,24 +17,27 @@ Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   }
   return okStatus();
 }
+
+// A live communicator; `ready` also requires init to have completed.
+Status liveComm(ncclComm_t comm, Communicator** out, bool ready) { return lookupComm(comm, out, ready); }
 }  // namespace
 
 BRAID_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
   return api::apiGuard("ncclGetUniqueId", [&]() -> Status {
     BRAID_CHECK(api::checkNotNull(uniqueId, "uniqueId"));
     BRAID_CHECK(libraryInit());
-    return api::notBuiltYet("ncclGetUniqueId", kCommunicators);
+    return getUniqueId(uniqueId);
   });
 }
 
-BRAID_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId,
-          int rank, ncclConfig_t* config) {
+BRAID_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+          ncclConfig_t* config) {
   return api::apiGuard("ncclCommInitRankConfig", [&]() -> Status {
     BRAID_CHECK(checkRankArgs(comm, nranks, rank));
     CommConfig parsed;
     BRAID_CHECK(readCommConfig(config, &parsed));
     BRAID_CHECK(libraryInit());
-    return api::notBuiltYet("ncclCommInitRankConfig", kCommunicators);
+    return commInitRank(comm, nranks, {commId}, rank, parsed);
   });
 }
 
@@ -42,7 +45,7 @@ BRAID_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniq
   return api::apiGuard("ncclCommInitRank", [&]() -> Status {
     BRAID_CHECK(checkRankArgs(comm, nranks, rank));
     BRAID_CHECK(libraryInit());
-    return api::notBuiltYet("ncclCommInitRank", kCommunicators);
+    return commInitRank(comm, nranks, {commId}, rank, CommConfig());
   });
 }
 
@@ -55,14 +58,14 @@ BRAID_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* 
         if (devlist[i] < 0) return invalidArgument("argument 'devlist[", i, "]' is ", devlist[i]);
         for (int j = 0; j < i; ++j) {
           if (devlist[j] == devlist[i]) {
-            return invalidArgument("argument 'devlist' names device ", devlist[i], " twice (entries ",
-                                   j, " and ", i, ")");
+            return invalidArgument("argument 'devlist' names device ", devlist[i], " twice (entries ", j, " and ",
+                                   i, ")");
           }
         }
       }
     }
     BRAID_CHECK(libraryInit());
-    return api::notBuiltYet("ncclCommInitAll", kCommunicators);
+    return commInitAll(comm, ndev, devlist);
   });
 }
 
@@ -77,59 +80,133 @@ BRAID_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nrank
     CommConfig parsed;
     BRAID_CHECK(readCommConfig(config, &parsed));
     BRAID_CHECK(libraryInit());
-    return api::notBuiltYet("ncclCommInitRankScalable", kCommunicators);
+    return commInitRank(newcomm, nranks, std::vector<ncclUniqueId>(commIds, commIds + nId), myrank, parsed);
   });
 }
 
-// Entry points that take an existing communicator. None can exist in this
-// release, so after the handle checks they report the missing feature.
-#define BRAID_COMM_ENTRY(name, params, extraChecks)                    \
-  BRAID_API(ncclResult_t, name, params) {                              \
-    return api::apiGuard(#name, [&]() -> Status {                      \
-      BRAID_CHECK(api::checkCommHandle(comm));                  \
-      extraChecks;                                                     \
-      return api::notBuiltYet(#name, kCommunicators);                  \
-    });                                                                \
+BRAID_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  return api::apiGuard("ncclCommFinalize", [&]() -> Status {
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/true));
+    return commFinalize(c);
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  return api::apiGuard("ncclCommDestroy", [&]() -> Status {
+    if (comm == nullptr) return okStatus();  // as NCCL: destroying NULL is a no-op
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    return commDestroy(c);
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  return api::apiGuard("ncclCommAbort", [&]() -> Status {
+    if (comm == nullptr) return okStatus();
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    return commAbort(c);
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  return api::apiGuard("ncclCommRevoke", [&]() -> Status {
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+      return invalidArgument("argument 'revokeFlags' is ", revokeFlags, "; it must be NCCL_REVOKE_DEFAULT (0)");
+    }
+    return api::notBuiltYet("ncclCommRevoke", "communicator revocation and shrinking");
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+          ncclConfig_t* config) {
+  return api::apiGuard("ncclCommSplit", [&]() -> Status {
+    Communicator* parent = nullptr;
+    BRAID_CHECK(liveComm(comm, &parent, /*ready=*/true));
+    BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+      return invalidArgument("argument 'color' is ", color, "; it must be >= 0 or NCCL_SPLIT_NOCOLOR");
+    }
+    CommConfig parsed;
+    BRAID_CHECK(readCommConfig(config, &parsed));
+    return commSplit(parent, color, key, newcomm, config ? &parsed : nullptr);
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  return api::apiGuard("ncclCommShrink", [&]() -> Status {
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/true));
+    BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
+    if (excludeRanksCount < 0) return invalidArgument("argument 'excludeRanksCount' is negative");
+    if (excludeRanksCount > 0) BRAID_CHECK(api::checkNotNull(excludeRanksList, "excludeRanksList"));
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+      return invalidArgument("argument 'shrinkFlags' is ", shrinkFlags,
+                             "; use NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT");
+    }
+    CommConfig parsed;
+    BRAID_CHECK(readCommConfig(config, &parsed));
+    return api::notBuiltYet("ncclCommShrink", "communicator revocation and shrinking");
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  return api::apiGuard("ncclCommGetAsyncError", [&]() -> Status {
+    BRAID_CHECK(api::checkNotNull(asyncError, "asyncError"));
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    *asyncError = c->asyncError();
+    return okStatus();
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  return api::apiGuard("ncclCommCount", [&]() -> Status {
+    BRAID_CHECK(api::checkNotNull(count, "count"));
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    *count = c->nranks();
+    return okStatus();
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  return api::apiGuard("ncclCommCuDevice", [&]() -> Status {
+    BRAID_CHECK(api::checkNotNull(device, "device"));
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    *device = c->device();
+    return okStatus();
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  return api::apiGuard("ncclCommUserRank", [&]() -> Status {
+    BRAID_CHECK(api::checkNotNull(rank, "rank"));
+    Communicator* c = nullptr;
+    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    *rank = c->rank();
+    return okStatus();
+  }, comm);
+}
+
+// Entry points whose feature is not built yet: they validate the handle and
+// arguments, then say so.
+#define BRAID_COMM_ENTRY(name, params, extraChecks)        \
+  BRAID_API(ncclResult_t, name, params) {                  \
+    return api::apiGuard(#name, [&]() -> Status {          \
+      Communicator* c = nullptr;                           \
+      BRAID_CHECK(liveComm(comm, &c, /*ready=*/true));     \
+      extraChecks;                                         \
+      return api::notBuiltYet(#name, kNotYet);             \
+    }, comm);                                              \
   }
 #define BRAID_ARGS(...) __VA_ARGS__
 
-BRAID_COMM_ENTRY(ncclCommFinalize, ncclComm_t comm, {})
-BRAID_COMM_ENTRY(ncclCommDestroy, ncclComm_t comm, {})
-BRAID_COMM_ENTRY(ncclCommAbort, ncclComm_t comm, {})
-BRAID_COMM_ENTRY(ncclCommRevoke, BRAID_ARGS(ncclComm_t comm, int revokeFlags), {
-  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
-    return invalidArgument("argument 'revokeFlags' is ", revokeFlags, "; it must be NCCL_REVOKE_DEFAULT (0)");
-  }
-})
-BRAID_COMM_ENTRY(ncclCommSplit, BRAID_ARGS(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
-                                           ncclConfig_t* config), {
-  BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
-    return invalidArgument("argument 'color' is ", color, "; it must be >= 0 or NCCL_SPLIT_NOCOLOR");
-  }
-  CommConfig parsed;
-  BRAID_CHECK(readCommConfig(config, &parsed));
-})
-BRAID_COMM_ENTRY(ncclCommShrink, BRAID_ARGS(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
-                                            ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags), {
-  BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
-  if (excludeRanksCount < 0) return invalidArgument("argument 'excludeRanksCount' is negative");
-  if (excludeRanksCount > 0) BRAID_CHECK(api::checkNotNull(excludeRanksList, "excludeRanksList"));
-  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
-    return invalidArgument("argument 'shrinkFlags' is ", shrinkFlags,
-                           "; use NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT");
-  }
-  CommConfig parsed;
-  BRAID_CHECK(readCommConfig(config, &parsed));
-})
-BRAID_COMM_ENTRY(ncclCommGetAsyncError, BRAID_ARGS(ncclComm_t comm, ncclResult_t* asyncError),
-                 { BRAID_CHECK(api::checkNotNull(asyncError, "asyncError")); })
-BRAID_COMM_ENTRY(ncclCommCount, BRAID_ARGS(const ncclComm_t comm, int* count),
-                 { BRAID_CHECK(api::checkNotNull(count, "count")); })
-BRAID_COMM_ENTRY(ncclCommCuDevice, BRAID_ARGS(const ncclComm_t comm, int* device),
-                 { BRAID_CHECK(api::checkNotNull(device, "device")); })
-BRAID_COMM_ENTRY(ncclCommUserRank, BRAID_ARGS(const ncclComm_t comm, int* rank),
-                 { BRAID_CHECK(api::checkNotNull(rank, "rank")); })
 BRAID_COMM_ENTRY(ncclCommRegister, BRAID_ARGS(const ncclComm_t comm, void* buff, size_t size, void** handle), {
   BRAID_CHECK(api::checkNotNull(buff, "buff"));
   BRAID_CHECK(api::checkNotNull(handle, "handle"));
@@ -147,8 +224,8 @@ BRAID_COMM_ENTRY(ncclCommWindowRegister,
 BRAID_COMM_ENTRY(ncclCommWindowDeregister, BRAID_ARGS(ncclComm_t comm, ncclWindow_t win),
                  { BRAID_CHECK(api::checkNotNull(win, "win")); })
 BRAID_COMM_ENTRY(ncclRedOpCreatePreMulSum,
-                 BRAID_ARGS(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
-                            ncclScalarResidence_t residence, ncclComm_t comm), {
+                 BRAID_ARGS(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,
+                            ncclComm_t comm), {
   BRAID_CHECK(api::checkNotNull(op, "op"));
   BRAID_CHECK(api::checkNotNull(scalar, "scalar"));
   BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));

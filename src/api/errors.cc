@@ -38,10 +38,7 @@ BRAID_API(const char*, ncclGetErrorString, ncclResult_t result) {
 }
 
 BRAID_API(const char*, ncclGetLastError, ncclComm_t comm) {
-  // Communicators keep no error text of their own yet; the thread's (or
-  // else the process's) last error is the most specific text we have.
-  (void)comm;
-  return api::lastErrorText();
+  return api::lastErrorText(comm);
 }
 
 BRAID_API(void, ncclResetDebugInit, void) {

@@ -31,7 +31,7 @@ static_assert(NCCL_SPLIT_NOCOLOR == -1);
 
 namespace {
 
-std::map<std::string, long long> braidFacts() {
+[[maybe_unused]] std::map<std::string, long long> braidFacts() {
   std::map<std::string, long long> facts;
 #define BRAID_FACT(name, expr) facts[#name] = static_cast<long long>(expr);
 #include "nccl_facts.inc"

@@ -25,6 +25,17 @@ ErrorStringRaw errorStringRaw() { return reinterpret_cast<ErrorStringRaw>(&ncclG
 
 ncclComm_t fakeComm() { return reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(0x10)); }
 
+// A live single-rank communicator for the argument checks.
+ncclComm_t liveComm() {
+  static ncclComm_t comm = [] {
+    ncclUniqueId id;
+    ncclComm_t c = nullptr;
+    if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&c, 1, id, 0) != ncclSuccess) return c;
+    return c;
+  }();
+  return comm;
+}
+
 struct Case {
   const char* name;
   std::function<ncclResult_t()> call;
@@ -33,6 +44,14 @@ struct Case {
 };
 
 TEST(Api, BadInputTable) {
+  ASSERT_NE(liveComm(), nullptr) << ncclGetLastError(nullptr);
+  ncclComm_t destroyed = nullptr;
+  {
+    ncclUniqueId id2;
+    ASSERT_EQ(ncclGetUniqueId(&id2), ncclSuccess);
+    ASSERT_EQ(ncclCommInitRank(&destroyed, 1, id2, 0), ncclSuccess);
+    ASSERT_EQ(ncclCommDestroy(destroyed), ncclSuccess);
+  }
   float buf[4] = {};
   ncclComm_t comm = nullptr;
   ncclUniqueId id{};
@@ -60,37 +79,47 @@ TEST(Api, BadInputTable) {
       {"InitAll duplicate dev", [&] { return ncclCommInitAll(&comm, 2, devs); }, ncclInvalidArgument, "devlist"},
       {"Scalable nId 0", [&] { return ncclCommInitRankScalable(&comm, 2, 0, 0, &id, nullptr); },
        ncclInvalidArgument, "nId"},
-      {"Destroy NULL", [&] { return ncclCommDestroy(nullptr); }, ncclInvalidArgument, "comm"},
-      {"Abort NULL", [&] { return ncclCommAbort(nullptr); }, ncclInvalidArgument, "comm"},
-      {"Count NULL out", [&] { return ncclCommCount(fakeComm(), nullptr); }, ncclInvalidArgument, "count"},
-      {"Split bad color", [&] { return ncclCommSplit(fakeComm(), -5, 0, &comm, nullptr); },
+      {"Destroy made-up handle", [&] { return ncclCommDestroy(fakeComm()); }, ncclInvalidArgument, "not a live"},
+      {"Destroy twice", [&] { return ncclCommDestroy(destroyed); }, ncclInvalidArgument, "not a live"},
+      {"Count destroyed", [&] { int n; return ncclCommCount(destroyed, &n); }, ncclInvalidArgument, "not a live"},
+      {"AllReduce destroyed", [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, destroyed, nullptr); },
+       ncclInvalidArgument, "not a live"},
+      {"Count NULL out", [&] { return ncclCommCount(liveComm(), nullptr); }, ncclInvalidArgument, "count"},
+      {"Split bad color", [&] { return ncclCommSplit(liveComm(), -5, 0, &comm, nullptr); },
        ncclInvalidArgument, "color"},
+      {"Split bad config", [&] { return ncclCommSplit(liveComm(), 0, 0, &comm, &badMagic); },
+       ncclInvalidArgument, "magic"},
+      {"Init bad unique id", [&] {
+         ncclUniqueId garbage;
+         std::memset(&garbage, 0x5a, sizeof(garbage));
+         return ncclCommInitRank(&comm, 1, garbage, 0);
+       }, ncclInvalidArgument, "unique id"},
       {"AllReduce NULL comm", [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr); },
        ncclInvalidArgument, "comm"},
       {"AllReduce bad type",
-       [&] { return allReduceRaw()(buf, buf, 4, 12, ncclSum, fakeComm(), nullptr); },
+       [&] { return allReduceRaw()(buf, buf, 4, 12, ncclSum, liveComm(), nullptr); },
        ncclInvalidArgument, "datatype"},
       {"AllReduce bad op",
-       [&] { return allReduceRaw()(buf, buf, 4, ncclFloat, -1, fakeComm(), nullptr); },
+       [&] { return allReduceRaw()(buf, buf, 4, ncclFloat, -1, liveComm(), nullptr); },
        ncclInvalidArgument, "op"},
-      {"AllReduce NULL send", [&] { return ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, fakeComm(), nullptr); },
+      {"AllReduce NULL send", [&] { return ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, liveComm(), nullptr); },
        ncclInvalidArgument, "sendbuff"},
-      {"AllGather NULL recv", [&] { return ncclAllGather(buf, nullptr, 1, ncclFloat, fakeComm(), nullptr); },
+      {"AllGather NULL recv", [&] { return ncclAllGather(buf, nullptr, 1, ncclFloat, liveComm(), nullptr); },
        ncclInvalidArgument, "recvbuff"},
-      {"Broadcast bad root", [&] { return ncclBroadcast(buf, buf, 1, ncclFloat, -1, fakeComm(), nullptr); },
+      {"Broadcast bad root", [&] { return ncclBroadcast(buf, buf, 1, ncclFloat, -1, liveComm(), nullptr); },
        ncclInvalidArgument, "root"},
-      {"Send bad peer", [&] { return ncclSend(buf, 1, ncclFloat, -3, fakeComm(), nullptr); },
+      {"Send bad peer", [&] { return ncclSend(buf, 1, ncclFloat, -3, liveComm(), nullptr); },
        ncclInvalidArgument, "peer"},
       {"AllToAllv NULL counts",
-       [&] { return ncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, ncclFloat, fakeComm(), nullptr); },
+       [&] { return ncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, ncclFloat, liveComm(), nullptr); },
        ncclInvalidArgument, "sendcounts"},
       {"PreMulSum NULL scalar",
        [&] {
          ncclRedOp_t op;
-         return ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, fakeComm());
+         return ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, liveComm());
        },
        ncclInvalidArgument, "scalar"},
-      {"RedOpDestroy builtin", [&] { return ncclRedOpDestroy(ncclSum, fakeComm()); }, ncclInvalidArgument, "op"},
+      {"RedOpDestroy builtin", [&] { return ncclRedOpDestroy(ncclSum, liveComm()); }, ncclInvalidArgument, "op"},
       {"GroupEnd unmatched", [&] { return ncclGroupEnd(); }, ncclInvalidUsage, "ncclGroupStart"},
       {"SimulateEnd NULL", [&] { return ncclGroupSimulateEnd(nullptr); }, ncclInvalidArgument, "simInfo"},
       {"MemFree foreign", [&] { return ncclMemFree(buf); }, ncclInvalidArgument, "ncclMemAlloc"},
@@ -109,15 +138,17 @@ TEST(Api, BadInputTable) {
 
 TEST(Api, FeaturesNotBuiltSaySo) {
   float buf[4] = {};
-  ncclUniqueId id{};
-  ncclComm_t comm = nullptr;
-  EXPECT_EQ(ncclGetUniqueId(&id), ncclInvalidUsage);
+  ASSERT_NE(liveComm(), nullptr);
+  EXPECT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, liveComm(), nullptr), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
-  EXPECT_EQ(ncclCommInitRank(&comm, 2, id, 0), ncclInvalidUsage);
-  EXPECT_EQ(comm, nullptr);
-  EXPECT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, fakeComm(), nullptr), ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclAllReduce"), std::string::npos);
-  EXPECT_EQ(ncclAllToAll(buf, buf, 1, ncclFloat, fakeComm(), nullptr), ncclInvalidUsage);
+  // The communicator keeps its own last error too.
+  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclAllReduce"), std::string::npos);
+  EXPECT_EQ(ncclAllToAll(buf, buf, 1, ncclFloat, liveComm(), nullptr), ncclInvalidUsage);
+}
+
+TEST(Api, NullHandlesToDestroyAndAbortAreNoOps) {
+  EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);  // as NCCL
+  EXPECT_EQ(ncclCommAbort(nullptr), ncclSuccess);
 }
 
 TEST(Api, ErrorStringsNeverNull) {

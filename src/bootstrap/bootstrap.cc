@@ -1,0 +1,313 @@
+#include "bootstrap/bootstrap.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "bootstrap/root.h"
+#include "util/log.h"
+#include "util/strings.h"
+
+namespace braid::bootstrap {
+namespace {
+constexpr double kStrayTimeoutSec = 10.0;
+
+// Which root serves `rank` when there are nIds of them.
+uint32_t rootIndexOf(uint32_t rank, uint32_t nranks, uint32_t nIds) {
+  // Slice k holds [k*n/nIds, (k+1)*n/nIds); find k by search (nIds is small).
+  for (uint32_t k = 0; k + 1 < nIds; ++k) {
+    if (rank < static_cast<uint64_t>(k + 1) * nranks / nIds) return k;
+  }
+  return nIds - 1;
+}
+}  // namespace
+
+std::string Bootstrap::describe(int peer) const {
+  if (peer >= 0 && peer < static_cast<int>(addresses_.size())) {
+    return strCat("rank ", peer, " (", addresses_[peer].toString(), ")");
+  }
+  return strCat("rank ", peer);
+}
+
+Status Bootstrap::create(const std::vector<UniqueIdData>& ids, int rank, int nranks, const BootstrapOptions& options,
+                         std::unique_ptr<Bootstrap>* out) {
+  std::unique_ptr<Bootstrap> b(new Bootstrap());
+  b->rank_ = rank;
+  b->nranks_ = nranks;
+  b->options_ = options;
+  uint32_t mine = rootIndexOf(static_cast<uint32_t>(rank), static_cast<uint32_t>(nranks),
+                              static_cast<uint32_t>(ids.size()));
+  // Every rank holds every id; the first id's secret authenticates the ranks
+  // to each other, whichever root each of them joined through.
+  b->secret_ = ids[0].secret;
+
+  // NCCL_COMM_ID: the id names a fixed root address, and rank 0 hosts it.
+  if (rank == 0 && (ids[0].flags & kIdFlagRootOnRank0)) {
+    SocketAddress actual;
+    BRAID_CHECK(startRoot(ids[0].root, ids[0].secret, options.timeoutSec, &actual)
+                    .withContext(strCat("rank 0 starting the bootstrap root at ", ids[0].root.toString(),
+                                        " (NCCL_COMM_ID)")));
+  }
+
+  NetInterface nic;
+  BRAID_CHECK(findInterfaceFor(ids[mine].root, &nic));
+  SocketAddress bindAddr = nic.address;
+  bindAddr.setPort(0);
+  BRAID_CHECK(Socket::listen(bindAddr, &b->listener_));
+  SocketAddress listening;
+  BRAID_CHECK(b->listener_.localAddress(&listening));
+  BRAID_INFO(kLogBootstrap, "bootstrap: rank %d listening on %s (%s)", rank, listening.toString().c_str(),
+             nic.name.c_str());
+
+  BRAID_CHECK(b->joinRoot(ids));
+  BRAID_CHECK(b->connectRing());
+  *out = std::move(b);
+  return okStatus();
+}
+
+Status Bootstrap::joinRoot(const std::vector<UniqueIdData>& ids) {
+  uint32_t nIds = static_cast<uint32_t>(ids.size());
+  uint32_t index = rootIndexOf(static_cast<uint32_t>(rank_), static_cast<uint32_t>(nranks_), nIds);
+  const UniqueIdData& id = ids[index];
+  Hello hello;
+  hello.secret = id.secret;
+  hello.nranks = static_cast<uint32_t>(nranks_);
+  hello.nIds = nIds;
+  hello.idIndex = index;
+  SocketAddress mine;
+  BRAID_CHECK(listener_.localAddress(&mine));
+  hello.ranks.push_back({static_cast<uint32_t>(rank_), mine});
+  if (index > 0) {
+    hello.firstRoot = ids[0].root;
+    hello.firstSecret = ids[0].secret;
+  }
+  std::vector<uint8_t> bytes = encodeHello(hello);
+
+  Deadline dl = deadline();
+  Socket s;
+  Status st = Socket::connect(id.root, dl, options_.abort, &s);
+  if (!st.ok()) {
+    if (st.code() == ncclInvalidUsage) return st;  // aborted
+    return remoteError("rank ", rank_, " could not reach the bootstrap root at ", id.root.toString(),
+                       " within the bootstrap timeout (", options_.timeoutSec,
+                       " s): is the process that called ncclGetUniqueId still running? (", st.message(), ")");
+  }
+  BRAID_CHECK(s.sendAll(bytes.data(), bytes.size(), dl, options_.abort).withContext("sending hello to the root"));
+  uint8_t header[kReplyHeaderSize];
+  st = s.recvAll(header, sizeof(header), dl, options_.abort);
+  if (!st.ok()) {
+    if (st.code() == ncclInvalidUsage) return st;
+    return remoteError("no answer from the bootstrap root at ", id.root.toString(), ": ", st.message());
+  }
+  size_t body = 0;
+  BRAID_CHECK(replyBodySize(header, sizeof(header), &body));
+  std::vector<uint8_t> full(header, header + sizeof(header));
+  full.resize(sizeof(header) + body);
+  BRAID_CHECK(s.recvAll(full.data() + sizeof(header), body, dl, options_.abort)
+                  .withContext("receiving the rank table from the root"));
+  RootReply reply;
+  BRAID_CHECK(decodeRootReply(full.data(), full.size(), &reply));
+  if (reply.result != ncclSuccess) return Status(reply.result, reply.message);
+  if (reply.addresses.size() != static_cast<size_t>(nranks_)) {
+    return internalError("the root sent ", reply.addresses.size(), " addresses for ", nranks_, " ranks");
+  }
+  addresses_ = std::move(reply.addresses);
+  return okStatus();
+}
+
+Status Bootstrap::connectRing() {
+  if (nranks_ == 1) return okStatus();
+  int next = (rank_ + 1) % nranks_;
+  int prev = (rank_ - 1 + nranks_) % nranks_;
+  Deadline dl = deadline();
+  Status st = Socket::connect(addresses_[next], dl, options_.abort, &ringNext_);
+  if (!st.ok()) {
+    if (st.code() == ncclInvalidUsage) return st;
+    return remoteError("cannot connect to the next ", describe(next), ": ", st.message());
+  }
+  PeerHello ph;
+  ph.secret = secret_;
+  ph.fromRank = static_cast<uint32_t>(rank_);
+  ph.tag = kRingTag;
+  std::vector<uint8_t> bytes = encodePeerHello(ph);
+  BRAID_CHECK(ringNext_.sendAll(bytes.data(), bytes.size(), dl, options_.abort));
+  BRAID_CHECK(acceptFrom(prev, kRingTag, &ringPrev_));
+  BRAID_INFO(kLogBootstrap, "bootstrap: rank %d ring connected (prev %d, next %d)", rank_, prev, next);
+  return okStatus();
+}
+
+Status Bootstrap::acceptFrom(int peer, uint32_t tag, Socket* out) {
+  auto key = std::make_pair(peer, tag);
+  Deadline dl = deadline();
+  while (true) {
+    auto it = stash_.find(key);
+    if (it != stash_.end() && !it->second.empty()) {
+      *out = std::move(it->second.front());
+      it->second.pop_front();
+      return okStatus();
+    }
+    if (options_.abort && options_.abort->load()) return invalidUsage("bootstrap wait was aborted (ncclCommAbort)");
+    if (Clock::now() >= dl) {
+      return remoteError("rank ", rank_, " timed out after ", options_.timeoutSec, " s waiting for ", describe(peer),
+                         tag == kRingTag ? " to connect the bootstrap ring" : strCat(" to send tag ", tag),
+                         ": it may have died or be stuck");
+    }
+    // Take new connections, then read their hellos without blocking.
+    while (true) {
+      PendingConn pc;
+      BRAID_CHECK(listener_.tryAccept(&pc.socket, &pc.peer));
+      if (!pc.socket.isOpen()) break;
+      pc.deadline = deadlineIn(kStrayTimeoutSec);
+      pending_.push_back(std::move(pc));
+    }
+    for (auto p = pending_.begin(); p != pending_.end();) {
+      std::string drop;
+      uint8_t chunk[kPeerHelloSize];
+      size_t got = 0;
+      Status s = p->socket.recvSome(chunk, kPeerHelloSize - p->buffer.size(), &got);
+      if (!s.ok()) {
+        drop = "closed before sending a complete hello";
+      } else {
+        p->buffer.insert(p->buffer.end(), chunk, chunk + got);
+        if (p->buffer.size() == kPeerHelloSize) {
+          PeerHello ph;
+          Status d = decodePeerHello(p->buffer.data(), p->buffer.size(), &ph);
+          if (!d.ok()) {
+            drop = d.message();
+          } else if (!secretsEqual(ph.secret, secret_)) {
+            drop = "wrong secret (another job?)";
+          } else if (ph.fromRank >= static_cast<uint32_t>(nranks_)) {
+            drop = strCat("claims to be rank ", ph.fromRank, " of ", nranks_);
+          } else {
+            stash_[{static_cast<int>(ph.fromRank), ph.tag}].push_back(std::move(p->socket));
+            p = pending_.erase(p);
+            continue;
+          }
+        } else if (Clock::now() >= p->deadline) {
+          drop = "no complete hello in time";
+        }
+      }
+      if (!drop.empty()) {
+        BRAID_WARN("bootstrap: rank %d dropped a connection from %s: %s", rank_, p->peer.toString().c_str(),
+                   drop.c_str());
+        p = pending_.erase(p);
+        continue;
+      }
+      ++p;
+    }
+    if (stash_.count(key) && !stash_[key].empty()) continue;
+    std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+    for (PendingConn& p : pending_) fds.push_back({p.socket.fd(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 100);
+  }
+}
+
+// Sends `bytes` to the next rank while receiving as many from the previous
+// one, interleaved so that large messages cannot deadlock the ring.
+Status Bootstrap::exchange(const void* sendData, void* recvData, size_t bytes, Deadline dl) {
+  uint8_t sendHeader[kMessageHeaderSize];
+  encodeMessageHeader(bytes, sendHeader);
+  uint8_t recvHeader[kMessageHeaderSize];
+  size_t sent = 0, received = 0;
+  const size_t total = kMessageHeaderSize + bytes;
+  int prev = (rank_ - 1 + nranks_) % nranks_;
+  int next = (rank_ + 1) % nranks_;
+  while (sent < total || received < total) {
+    if (options_.abort && options_.abort->load()) return invalidUsage("bootstrap exchange was aborted (ncclCommAbort)");
+    if (Clock::now() >= dl) {
+      return remoteError("rank ", rank_, " timed out in a bootstrap ring exchange (sent ", sent, "/", total,
+                         " bytes to ", describe(next), ", received ", received, "/", total, " from ",
+                         describe(prev), ")");
+    }
+    pollfd fds[2] = {{ringNext_.fd(), static_cast<short>(sent < total ? POLLOUT : 0), 0},
+                     {ringPrev_.fd(), static_cast<short>(received < total ? POLLIN : 0), 0}};
+    ::poll(fds, 2, 100);
+    if (sent < total) {
+      const uint8_t* src = sent < kMessageHeaderSize ? sendHeader + sent
+                                                     : static_cast<const uint8_t*>(sendData) + (sent - kMessageHeaderSize);
+      size_t len = sent < kMessageHeaderSize ? kMessageHeaderSize - sent : total - sent;
+      ssize_t n = ::send(ringNext_.fd(), src, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return remoteError(describe(next), " closed its bootstrap connection: it probably exited (",
+                           std::strerror(errno), ")");
+      }
+    }
+    if (received < total) {
+      uint8_t* dst = received < kMessageHeaderSize ? recvHeader + received
+                                                   : static_cast<uint8_t*>(recvData) + (received - kMessageHeaderSize);
+      size_t len = received < kMessageHeaderSize ? kMessageHeaderSize - received : total - received;
+      size_t got = 0;
+      Status s = ringPrev_.recvSome(dst, len, &got);
+      if (!s.ok()) {
+        return remoteError(describe(prev), " closed its bootstrap connection: it probably exited or was killed");
+      }
+      bool headerDone = received < kMessageHeaderSize && received + got >= kMessageHeaderSize;
+      received += got;
+      if (headerDone) {
+        uint64_t announced = 0;
+        BRAID_CHECK(decodeMessageHeader(recvHeader, kMessageHeaderSize, bytes, &announced)
+                        .withContext(strCat("from ", describe(prev))));
+      }
+    }
+  }
+  return okStatus();
+}
+
+Status Bootstrap::allGather(void* data, size_t bytes) {
+  if (nranks_ == 1) return okStatus();
+  uint8_t* base = static_cast<uint8_t*>(data);
+  Deadline dl = deadline();
+  for (int step = 0; step < nranks_ - 1; ++step) {
+    int sendSlot = (rank_ - step + nranks_) % nranks_;
+    int recvSlot = (rank_ - step - 1 + nranks_) % nranks_;
+    BRAID_CHECK(exchange(base + sendSlot * bytes, base + recvSlot * bytes, bytes, dl));
+  }
+  return okStatus();
+}
+
+Status Bootstrap::barrier() {
+  std::vector<uint8_t> dummy(static_cast<size_t>(nranks_), 0);
+  return allGather(dummy.data(), 1);
+}
+
+Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
+  if (tag == kRingTag) return invalidArgument("bootstrap tag ", tag, " is reserved");
+  Deadline dl = deadline();
+  Socket s;
+  Status st = Socket::connect(addresses_[peer], dl, options_.abort, &s);
+  if (!st.ok()) {
+    if (st.code() == ncclInvalidUsage) return st;
+    return remoteError("cannot reach ", describe(peer), ": ", st.message());
+  }
+  PeerHello ph;
+  ph.secret = secret_;
+  ph.fromRank = static_cast<uint32_t>(rank_);
+  ph.tag = tag;
+  std::vector<uint8_t> frame = encodePeerHello(ph);
+  uint8_t header[kMessageHeaderSize];
+  encodeMessageHeader(bytes, header);
+  frame.insert(frame.end(), header, header + sizeof(header));
+  BRAID_CHECK(s.sendAll(frame.data(), frame.size(), dl, options_.abort));
+  st = s.sendAll(data, bytes, dl, options_.abort);
+  if (!st.ok() && st.code() == ncclRemoteError) return remoteError(describe(peer), " went away: ", st.message());
+  return st;
+}
+
+Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
+  Socket s;
+  BRAID_CHECK(acceptFrom(peer, tag, &s));
+  Deadline dl = deadline();
+  uint8_t header[kMessageHeaderSize];
+  Status st = s.recvAll(header, sizeof(header), dl, options_.abort);
+  if (!st.ok()) return st.code() == ncclInvalidUsage ? st : remoteError(describe(peer), ": ", st.message());
+  uint64_t announced = 0;
+  BRAID_CHECK(decodeMessageHeader(header, sizeof(header), bytes, &announced).withContext(describe(peer)));
+  st = s.recvAll(data, bytes, dl, options_.abort);
+  if (!st.ok()) return st.code() == ncclInvalidUsage ? st : remoteError(describe(peer), ": ", st.message());
+  return okStatus();
+}
+
+}  // namespace braid::bootstrap

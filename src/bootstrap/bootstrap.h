@@ -1,0 +1,81 @@
+// A communicator's bootstrap network: every rank reachable over TCP, a ring
+// for collectives of small host data, and tagged point-to-point messages.
+//
+// Used during init (peer info exchange, transport connection setup) and for
+// control-plane agreement later; never on a data path. One Bootstrap belongs
+// to one communicator and is used by one thread at a time. Every operation
+// is bounded by the bootstrap timeout and by the communicator's abort flag.
+// Incoming connections are authenticated with the job's secret; anything
+// else connecting to the listener is dropped with a WARN.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "bootstrap/wire.h"
+#include "platform/socket.h"
+#include "util/status.h"
+
+namespace braid::bootstrap {
+
+struct BootstrapOptions {
+  double timeoutSec = 300.0;
+  const std::atomic<bool>* abort = nullptr;
+};
+
+class Bootstrap {
+ public:
+  // Joins the job described by ids[0..nIds) as `rank` of `nranks`: contacts
+  // the root for this rank's slice, learns every rank's address, connects the
+  // ring. If ids[0] asks for it (NCCL_COMM_ID), rank 0 starts the root.
+  static Status create(const std::vector<UniqueIdData>& ids, int rank, int nranks, const BootstrapOptions& options,
+                       std::unique_ptr<Bootstrap>* out);
+  ~Bootstrap() = default;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const SocketAddress& address(int rank) const { return addresses_[rank]; }
+  const Secret& secret() const { return secret_; }
+
+  // data holds nranks slots of `bytes`; this rank's slot is filled in; on
+  // return every slot holds its rank's data.
+  Status allGather(void* data, size_t bytes);
+  Status barrier();
+  // Tagged messages between any two ranks; sizes must match on both sides.
+  Status send(int peer, uint32_t tag, const void* data, size_t bytes);
+  Status recv(int peer, uint32_t tag, void* data, size_t bytes);
+
+ private:
+  Bootstrap() = default;
+  Status joinRoot(const std::vector<UniqueIdData>& ids);
+  Status connectRing();
+  // Waits for a connection from `peer` with `tag`; stashes others.
+  Status acceptFrom(int peer, uint32_t tag, Socket* out);
+  Status exchange(const void* sendData, void* recvData, size_t bytes, Deadline deadline);
+  Deadline deadline() const { return deadlineIn(options_.timeoutSec); }
+  std::string describe(int peer) const;
+
+  int rank_ = -1;
+  int nranks_ = 0;
+  BootstrapOptions options_;
+  Secret secret_{};
+  Socket listener_;
+  std::vector<SocketAddress> addresses_;
+  Socket ringNext_;  // we send to rank+1
+  Socket ringPrev_;  // we receive from rank-1
+
+  struct PendingConn {
+    Socket socket;
+    SocketAddress peer;
+    std::vector<uint8_t> buffer;
+    Deadline deadline;
+  };
+  std::list<PendingConn> pending_;
+  std::map<std::pair<int, uint32_t>, std::deque<Socket>> stash_;
+};
+
+}  // namespace braid::bootstrap

@@ -1,0 +1,194 @@
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <unordered_set>
+
+#include "bootstrap/root.h"
+#include "platform/gpu.h"
+#include "util/log.h"
+#include "util/param.h"
+#include "util/strings.h"
+
+namespace braid {
+namespace {
+
+StringParam paramHostId("HOSTID", "",
+                        "Overrides this process's host id (default: hostname and boot id); ranks with "
+                        "different host ids are treated as different nodes");
+IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
+                               "Seconds any bootstrap wait (root, ring, peer messages) may take before init "
+                               "fails with an error naming the peer");
+
+uint64_t fnv1a(const void* data, size_t len, uint64_t h = 0xcbf29ce484222325ull) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < len; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+std::mutex gRegistryMutex;
+std::unordered_set<Communicator*>& registry() {
+  static auto* set = new std::unordered_set<Communicator*>();
+  return *set;
+}
+
+std::string describePeer(const PeerInfo& p) {
+  return strCat("rank ", p.rank, " (", p.hostId, ", pid ", p.pid, ")");
+}
+
+}  // namespace
+
+double bootstrapTimeoutSeconds() { return static_cast<double>(paramBootstrapTimeout.get()); }
+
+std::string localHostId() {
+  std::string override = paramHostId.get();
+  if (!override.empty()) return override;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string bootId;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, bootId);
+  return bootId.empty() ? std::string(host) : strCat(host, ":", trim(bootId));
+}
+
+Communicator::Communicator(int rank, int nranks, int device, const CommConfig& config)
+    : rank_(rank), nranks_(nranks), device_(device), config_(config) {}
+
+Communicator::~Communicator() {
+  if (initThread_.joinable()) initThread_.join();
+}
+
+void Communicator::setAsyncError(const Status& status) { asyncError_.store(status.code()); }
+
+void Communicator::recordError(const std::string& text) {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  lastError_ = text;
+}
+
+std::string Communicator::lastError() const {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  return lastError_;
+}
+
+void Communicator::stopInit(bool abort) {
+  if (abort) abort_.store(true);
+  {
+    std::unique_lock<std::mutex> lock(outcome_->mutex);
+    outcome_->cv.wait(lock, [&] { return outcome_->done; });
+  }
+  std::lock_guard<std::mutex> lock(initThreadMutex_);
+  if (initThread_.joinable()) initThread_.join();
+}
+
+Status Communicator::initialize(const std::vector<bootstrap::UniqueIdData>& ids) {
+  LogRankScope scope(rank_);
+  BRAID_CHECK(selectBackend(&backend_));
+  if (backend_ == Backend::Host) device_ = -1;
+  commHash_ = fnv1a(ids[0].secret.data(), ids[0].secret.size());
+
+  bootstrap::BootstrapOptions options;
+  options.timeoutSec = bootstrapTimeoutSeconds();
+  options.abort = &abort_;
+  BRAID_CHECK(bootstrap::Bootstrap::create(ids, rank_, nranks_, options, &bootstrap_));
+  BRAID_CHECK(exchangePeerInfo());
+  bootstrap::reapRoots();  // a root this process served for the job has finished by now
+  BRAID_INFO(kLogInit, "comm %p rank %d nranks %d backend %s device %d commHash 0x%llx - Init COMPLETE",
+             static_cast<void*>(this), rank_, nranks_, backendName(backend_), device_,
+             static_cast<unsigned long long>(commHash_));
+  return okStatus();
+}
+
+Status Communicator::exchangePeerInfo() {
+  PeerInfo me;
+  me.braidVersion = BRAID_MAJOR * 10000 + BRAID_MINOR * 100 + BRAID_PATCH;
+  me.backend = static_cast<uint32_t>(backend_);
+  me.rank = rank_;
+  me.pid = static_cast<int32_t>(getpid());
+  me.device = device_;
+  std::string host = localHostId();
+  std::strncpy(me.hostId, host.c_str(), sizeof(me.hostId) - 1);
+  me.hostHash = fnv1a(me.hostId, std::strlen(me.hostId));
+  if (backend_ == Backend::Gpu) {
+    GpuInfo gpu;
+    BRAID_CHECK(gpuDeviceInfo(device_, &gpu));
+    std::strncpy(me.busId, gpu.busId.c_str(), sizeof(me.busId) - 1);
+  }
+  peers_.assign(static_cast<size_t>(nranks_), PeerInfo());
+  peers_[static_cast<size_t>(rank_)] = me;
+  BRAID_CHECK(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)).withContext("exchanging peer info"));
+
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = peers_[static_cast<size_t>(r)];
+    if (p.rank != r) return internalError("peer info slot ", r, " holds rank ", p.rank);
+    if (p.braidVersion != me.braidVersion) {
+      return invalidUsage("Braid versions differ: ", describePeer(p), " runs ", p.braidVersion / 10000, ".",
+                          p.braidVersion / 100 % 100, ".", p.braidVersion % 100, ", ", describePeer(me), " runs ",
+                          BRAID_MAJOR, ".", BRAID_MINOR, ".", BRAID_PATCH, "; use one Braid build for the whole job");
+    }
+    if (p.backend != me.backend) {
+      return invalidUsage("backends differ: ", describePeer(p), " uses the ",
+                          backendName(static_cast<Backend>(p.backend)), " backend, ", describePeer(me),
+                          " the ", backendName(backend_), " backend; set BRAID_BACKEND the same on every rank");
+    }
+    if (backend_ == Backend::Gpu && r != rank_ && p.hostHash == me.hostHash && std::strcmp(p.busId, me.busId) == 0) {
+      return invalidUsage(describePeer(p), " and ", describePeer(me), " use the same GPU (", me.busId,
+                          "); give every rank its own GPU");
+    }
+  }
+  return okStatus();
+}
+
+// ---------------------------------------------------------------- registry
+
+void registerComm(Communicator* comm) {
+  std::lock_guard<std::mutex> lock(gRegistryMutex);
+  registry().insert(comm);
+}
+
+bool unregisterComm(Communicator* comm) {
+  std::lock_guard<std::mutex> lock(gRegistryMutex);
+  return registry().erase(comm) == 1;
+}
+
+Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady) {
+  if (handle == nullptr) return invalidArgument("argument 'comm' is NULL");
+  Communicator* comm = static_cast<Communicator*>(handle);
+  {
+    std::lock_guard<std::mutex> lock(gRegistryMutex);
+    if (registry().count(comm) == 0) {
+      return invalidArgument("argument 'comm' (", static_cast<void*>(handle),
+                             ") is not a live communicator: it was destroyed or aborted, or never created");
+    }
+  }
+  if (needReady) {
+    ncclResult_t state = comm->asyncError();
+    if (state == ncclInProgress) {
+      return invalidUsage("the communicator is still initializing (non-blocking init): poll "
+                          "ncclCommGetAsyncError until it returns ncclSuccess");
+    }
+    if (state != ncclSuccess) {
+      return invalidUsage("the communicator is in error (", ncclGetErrorString(state),
+                          "): destroy or abort it; ncclGetLastError(comm) says what failed");
+    }
+    if (comm->finalized()) return invalidUsage("the communicator was finalized (ncclCommFinalize)");
+  }
+  *out = comm;
+  return okStatus();
+}
+
+std::string commLastError(ncclComm_t handle) {
+  std::lock_guard<std::mutex> lock(gRegistryMutex);
+  Communicator* comm = static_cast<Communicator*>(handle);
+  if (handle == nullptr || registry().count(comm) == 0) return "";
+  return comm->lastError();
+}
+
+void recordCommError(ncclComm_t handle, const std::string& text) {
+  std::lock_guard<std::mutex> lock(gRegistryMutex);
+  Communicator* comm = static_cast<Communicator*>(handle);
+  if (handle != nullptr && registry().count(comm) != 0) comm->recordError(text);
+}
+
+}  // namespace braid

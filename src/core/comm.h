@@ -1,0 +1,134 @@
+// The communicator: one rank's membership in a group of ranks.
+//
+// It composes the parts that later layers fill in (bootstrap today;
+// channels, transports and the executor later) and owns their lifetime. It
+// is not a god struct: each part keeps its own state behind its own type.
+//
+// Life cycle. A communicator is created by init (or split) and published in
+// the process-wide handle registry, which is how API calls validate handles:
+// a destroyed, aborted or made-up handle is never dereferenced. Init runs on
+// a worker thread; a blocking init waits for it, a non-blocking one returns
+// ncclInProgress and ncclCommGetAsyncError reports progress. Whoever removes
+// a communicator from the registry (destroy, abort, or a failed blocking
+// init) owns its destruction; abort raises the abort flag first, which every
+// bootstrap wait polls, so a blocked init ends within a fraction of a second.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "core/config.h"
+#include "core/library.h"
+#include "nccl.h"
+#include "util/status.h"
+
+namespace braid {
+
+// What every rank tells every other at init (all-gathered; fixed size).
+struct PeerInfo {
+  uint32_t braidVersion = 0;  // MAJOR*10000 + MINOR*100 + PATCH
+  uint32_t backend = 0;       // Backend
+  int32_t rank = -1;
+  int32_t pid = 0;
+  int32_t device = -1;        // GPU index, -1 on the host backend
+  uint64_t hostHash = 0;      // hash of the host id
+  char hostId[96] = {};       // hostname + boot id, or BRAID_HOSTID
+  char busId[32] = {};        // PCI bus id of the GPU, "" on the host backend
+};
+
+// BRAID_BOOTSTRAP_TIMEOUT: the bound on every bootstrap wait.
+double bootstrapTimeoutSeconds();
+
+// The host id of this process: BRAID_HOSTID if set, else hostname + boot id.
+std::string localHostId();
+
+// Shared between a communicator and the thread waiting for its init, so the
+// waiter can read the outcome even after an abort destroyed the communicator.
+struct InitOutcome {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+class Communicator {
+ public:
+  Communicator(int rank, int nranks, int device, const CommConfig& config);
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  int device() const { return device_; }
+  Backend backend() const { return backend_; }
+  const CommConfig& config() const { return config_; }
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  bootstrap::Bootstrap* bootstrap() { return bootstrap_.get(); }
+  uint64_t commHash() const { return commHash_; }
+
+  // ncclSuccess when ready, ncclInProgress while initializing, else the error.
+  ncclResult_t asyncError() const { return asyncError_.load(); }
+  void setAsyncError(const Status& status);
+  bool finalized() const { return finalized_.load(); }
+  void markFinalized() { finalized_.store(true); }
+  const std::atomic<bool>& abortFlag() const { return abort_; }
+
+  // This communicator's last error text (ncclGetLastError(comm)).
+  void recordError(const std::string& text);
+  std::string lastError() const;
+
+  // Runs the init steps: bootstrap, peer info exchange, consistency checks.
+  Status initialize(const std::vector<bootstrap::UniqueIdData>& ids);
+
+  std::shared_ptr<InitOutcome> outcome() const { return outcome_; }
+  void setInitThread(std::thread t) { initThread_ = std::move(t); }
+  // Raises the abort flag, waits for init to end and joins its thread.
+  void stopInit(bool abort);
+
+ private:
+  Status exchangePeerInfo();
+
+  int rank_, nranks_, device_;
+  Backend backend_ = Backend::Host;
+  CommConfig config_;
+  uint64_t commHash_ = 0;
+  std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
+  std::vector<PeerInfo> peers_;
+
+  std::atomic<ncclResult_t> asyncError_{ncclInProgress};
+  std::atomic<bool> finalized_{false};
+  std::atomic<bool> abort_{false};
+  mutable std::mutex errorMutex_;
+  std::string lastError_;
+
+  std::shared_ptr<InitOutcome> outcome_ = std::make_shared<InitOutcome>();
+  std::mutex initThreadMutex_;  // stopInit may race between an aborter and the init caller
+  std::thread initThread_;
+};
+
+// ---- the handle registry ------------------------------------------------------
+
+void registerComm(Communicator* comm);
+// Removes comm; false if it was not (or no longer) registered.
+bool unregisterComm(Communicator* comm);
+// Validates a handle from the API. `needReady` also requires init to have
+// completed successfully and the communicator not to be finalized.
+Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady);
+// Error text of the communicator behind a handle, "" if none or invalid.
+std::string commLastError(ncclComm_t handle);
+void recordCommError(ncclComm_t handle, const std::string& text);
+
+}  // namespace braid
+
+// The public handle type is the communicator itself.
+struct ncclComm final : public braid::Communicator {
+  using braid::Communicator::Communicator;
+};

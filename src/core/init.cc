@@ -1,0 +1,245 @@
+#include "core/init.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "bootstrap/root.h"
+#include "platform/gpu.h"
+#include "util/log.h"
+#include "util/param.h"
+#include "util/strings.h"
+
+#if defined(BRAID_GPU_CUDA) || defined(BRAID_GPU_HIP)
+#include "platform/gpu_runtime.h"
+#endif
+
+namespace braid {
+namespace {
+
+StringParam paramCommId("COMM_ID", "",
+                        "host:port of the bootstrap root; every process may then create the unique id "
+                        "itself and rank 0's init hosts the root (the job secret is derived from this "
+                        "value, so only use it on a trusted network)");
+
+Status randomSecret(bootstrap::Secret* secret) {
+  size_t got = 0;
+  while (got < secret->size()) {
+    ssize_t n = getrandom(secret->data() + got, secret->size() - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError("getrandom", errno);
+    }
+    got += static_cast<size_t>(n);
+  }
+  return okStatus();
+}
+
+// Same value in every process that sees the same NCCL_COMM_ID.
+bootstrap::Secret derivedSecret(const std::string& text) {
+  bootstrap::Secret s{};
+  for (size_t i = 0; i < s.size(); i += 8) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (i * 0x9e3779b97f4a7c15ull);
+    for (char c : text) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+    std::memcpy(s.data() + i, &h, 8);
+  }
+  return s;
+}
+
+int currentDevice(Backend backend) {
+#if defined(BRAID_GPU_CUDA) || defined(BRAID_GPU_HIP)
+  if (backend == Backend::Gpu) {
+    int dev = 0;
+    if (hipGetDevice(&dev) == hipSuccess) return dev;
+    (void)hipGetLastError();
+  }
+#endif
+  (void)backend;
+  return -1;
+}
+
+Status setDevice(int device) {
+#if defined(BRAID_GPU_CUDA) || defined(BRAID_GPU_HIP)
+  if (device >= 0) {
+    hipError_t err = hipSetDevice(device);
+    if (err != hipSuccess) return invalidArgument("cannot use GPU ", device, ": ", hipGetErrorString(err));
+  }
+#endif
+  (void)device;
+  return okStatus();
+}
+
+// Runs init and signals the outcome. Signalling is the last thing that
+// touches `comm`: after it, an aborter may destroy it.
+void runInit(Communicator* comm, const std::vector<bootstrap::UniqueIdData>& ids,
+             const std::shared_ptr<InitOutcome>& outcome) {
+  Status s = setDevice(comm->device());
+  if (s.ok()) s = comm->initialize(ids);
+  if (!s.ok()) {
+    comm->recordError(s.message());
+    BRAID_WARN("rank %d: init failed: %s", comm->rank(), s.message().c_str());
+  }
+  comm->setAsyncError(s);
+  std::lock_guard<std::mutex> lock(outcome->mutex);
+  outcome->status = s;
+  outcome->done = true;
+  outcome->cv.notify_all();
+}
+
+// The handle is stored atomically (release): a blocking init publishes it
+// before it waits, and another thread may read it to call ncclCommAbort.
+void publishHandle(ncclComm_t* out, ncclComm_t value) { __atomic_store_n(out, value, __ATOMIC_RELEASE); }
+
+void destroyNow(Communicator* comm) {
+  comm->stopInit(/*abort=*/false);
+  delete static_cast<ncclComm*>(comm);
+}
+
+}  // namespace
+
+Status getUniqueId(ncclUniqueId* id) {
+  bootstrap::UniqueIdData data;
+  std::string commId = paramCommId.get();
+  if (!commId.empty()) {
+    BRAID_CHECK(SocketAddress::parse(commId, &data.root).withContext("NCCL_COMM_ID"));
+    data.flags = bootstrap::kIdFlagRootOnRank0;
+    data.secret = derivedSecret(commId);
+  } else {
+    std::vector<NetInterface> nics;
+    BRAID_CHECK(findInterfaces(&nics));
+    SocketAddress bind = nics.front().address;
+    bind.setPort(0);
+    BRAID_CHECK(randomSecret(&data.secret));
+    // The root lives as long as init may take; it ends once every rank joined.
+    BRAID_CHECK(bootstrap::startRoot(bind, data.secret, bootstrapTimeoutSeconds(), &data.root));
+    BRAID_INFO(kLogBootstrap, "unique id: root on %s (%s)", data.root.toString().c_str(), nics.front().name.c_str());
+  }
+  bootstrap::encodeUniqueId(data, id);
+  return okStatus();
+}
+
+Status commInitRank(ncclComm_t* out, int nranks, const std::vector<ncclUniqueId>& rawIds, int rank,
+                    const CommConfig& config) {
+  publishHandle(out, nullptr);
+  std::vector<bootstrap::UniqueIdData> ids(rawIds.size());
+  for (size_t i = 0; i < rawIds.size(); ++i) {
+    BRAID_CHECK(bootstrap::decodeUniqueId(rawIds[i], &ids[i]).withContext(strCat("unique id ", i)));
+  }
+  Backend backend;
+  BRAID_CHECK(selectBackend(&backend));
+  auto* comm = new ncclComm(rank, nranks, currentDevice(backend), config);
+  registerComm(comm);
+  publishHandle(out, comm);
+  std::shared_ptr<InitOutcome> outcome = comm->outcome();
+  if (!config.blocking) {
+    comm->setInitThread(std::thread([comm, ids = std::move(ids), outcome] { runInit(comm, ids, outcome); }));
+    return Status(ncclInProgress, "initialization continues in the background");
+  }
+  // Blocking: init runs on this thread; another thread may abort it through
+  // the already published handle.
+  runInit(comm, ids, outcome);
+  Status result;
+  {
+    std::lock_guard<std::mutex> lock(outcome->mutex);
+    result = outcome->status;
+  }
+  if (result.ok()) return okStatus();
+  // Failed: whoever unregisters owns the communicator. If an abort got there
+  // first, it destroys it; we only report.
+  if (unregisterComm(comm)) destroyNow(comm);
+  publishHandle(out, nullptr);
+  return result;
+}
+
+Status commInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  std::fill(comms, comms + ndev, nullptr);
+  ncclUniqueId id;
+  BRAID_CHECK(getUniqueId(&id));
+  std::vector<ncclUniqueId> ids{id};
+  std::vector<Status> results(static_cast<size_t>(ndev));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < ndev; ++i) {
+    threads.emplace_back([&, i] {
+      int device = devlist ? devlist[i] : i;
+      Backend backend = Backend::Host;
+      Status s = selectBackend(&backend);
+      if (s.ok() && backend == Backend::Gpu) s = setDevice(device);
+      if (s.ok()) s = commInitRank(&comms[i], ndev, ids, i, CommConfig());
+      results[static_cast<size_t>(i)] = s;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < ndev; ++i) {
+    if (!results[static_cast<size_t>(i)].ok()) {
+      for (int j = 0; j < ndev; ++j) {
+        if (comms[j] != nullptr) {
+          commDestroy(comms[j]).ignore();
+          comms[j] = nullptr;
+        }
+      }
+      return results[static_cast<size_t>(i)].withContext(strCat("ncclCommInitAll rank ", i));
+    }
+  }
+  return okStatus();
+}
+
+Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, const CommConfig* config) {
+  *out = nullptr;
+  bootstrap::Bootstrap* bs = parent->bootstrap();
+  int n = parent->nranks();
+  struct Entry {
+    int32_t color, key, rank;
+  };
+  std::vector<Entry> all(static_cast<size_t>(n));
+  all[static_cast<size_t>(parent->rank())] = {color, key, parent->rank()};
+  BRAID_CHECK(bs->allGather(all.data(), sizeof(Entry)).withContext("ncclCommSplit: exchanging colors"));
+
+  std::vector<Entry> mine;
+  for (const Entry& e : all) {
+    if (e.color == color && color != NCCL_SPLIT_NOCOLOR) mine.push_back(e);
+  }
+  std::sort(mine.begin(), mine.end(),
+            [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
+  int newRank = -1;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i].rank == parent->rank()) newRank = static_cast<int>(i);
+  }
+  // The first member of each color creates the new communicator's id.
+  std::vector<ncclUniqueId> ids(static_cast<size_t>(n));
+  std::memset(ids.data(), 0, ids.size() * sizeof(ncclUniqueId));
+  Status created = okStatus();
+  if (newRank == 0) created = getUniqueId(&ids[static_cast<size_t>(parent->rank())]);
+  // Everyone must take part in the exchange even if creating the id failed,
+  // or the others would wait for us; the failure is reported after it.
+  BRAID_CHECK(bs->allGather(ids.data(), sizeof(ncclUniqueId)).withContext("ncclCommSplit: exchanging ids"));
+  BRAID_CHECK(created);
+  if (color == NCCL_SPLIT_NOCOLOR) return okStatus();
+
+  CommConfig cfg = config ? *config : parent->config();
+  std::vector<ncclUniqueId> newIds{ids[static_cast<size_t>(mine[0].rank)]};
+  BRAID_INFO(kLogInit, "split: parent rank %d color %d key %d -> rank %d of %zu", parent->rank(), color, key,
+             newRank, mine.size());
+  return commInitRank(out, static_cast<int>(mine.size()), newIds, newRank, cfg);
+}
+
+Status commFinalize(Communicator* comm) {
+  if (comm->finalized()) return invalidUsage("the communicator was already finalized");
+  comm->markFinalized();
+  return okStatus();
+}
+
+Status commDestroy(Communicator* comm) {
+  if (!unregisterComm(comm)) return invalidArgument("argument 'comm' is not a live communicator");
+  destroyNow(comm);
+  return okStatus();
+}
+
+Status commAbort(Communicator* comm) {
+  if (!unregisterComm(comm)) return invalidArgument("argument 'comm' is not a live communicator");
+  comm->stopInit(/*abort=*/true);
+  delete static_cast<ncclComm*>(comm);
+  return okStatus();
+}
+
+}  // namespace braid

@@ -1,0 +1,409 @@
+// Communicators over real processes and sockets: init, queries, the
+// bootstrap's collectives, split, non-blocking init, scalable init, and
+// every failure the ranks must survive without hanging.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "bootstrap/wire.h"
+#include "core/comm.h"
+#include "harness.h"
+#include "nccl.h"
+#include "platform/socket.h"
+
+namespace braid::test {
+namespace {
+
+// Short timeouts so that failure tests finish quickly.
+const std::vector<std::string> kFastEnv = {"BRAID_BOOTSTRAP_TIMEOUT=5", "NCCL_DEBUG=WARN"};
+
+bootstrap::Bootstrap* bootstrapOf(ncclComm_t comm) { return static_cast<Communicator*>(comm)->bootstrap(); }
+
+// Checks the bootstrap's all-gather, barrier and tagged send/recv.
+std::string exerciseBootstrap(ncclComm_t comm, int rank, int nranks) {
+  bootstrap::Bootstrap* bs = bootstrapOf(comm);
+  std::vector<int64_t> data(static_cast<size_t>(nranks), -1);
+  data[static_cast<size_t>(rank)] = (rank + 1) * 1000003LL + 7;
+  Status s = bs->allGather(data.data(), sizeof(int64_t));
+  if (!s.ok()) return "allGather: " + s.message();
+  for (int r = 0; r < nranks; ++r) {
+    if (data[static_cast<size_t>(r)] != (r + 1) * 1000003LL + 7) return "allGather: wrong slot " + std::to_string(r);
+  }
+  // A large all-gather: slots bigger than socket buffers must not deadlock the ring.
+  const size_t big = 1 << 20;
+  std::vector<uint8_t> blob(big * static_cast<size_t>(nranks));
+  for (size_t i = 0; i < big; ++i) blob[static_cast<size_t>(rank) * big + i] = static_cast<uint8_t>((i * 31 + rank) % 251);
+  s = bs->allGather(blob.data(), big);
+  if (!s.ok()) return "big allGather: " + s.message();
+  for (int r = 0; r < nranks; ++r) {
+    for (size_t i = 0; i < big; i += 4099) {
+      if (blob[static_cast<size_t>(r) * big + i] != static_cast<uint8_t>((i * 31 + r) % 251)) return "big allGather data";
+    }
+  }
+  s = bs->barrier();
+  if (!s.ok()) return "barrier: " + s.message();
+  if (nranks > 1) {
+    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
+    int64_t out = rank * 17, in = -1;
+    s = bs->send(next, 42, &out, sizeof(out));
+    if (!s.ok()) return "send: " + s.message();
+    s = bs->recv(prev, 42, &in, sizeof(in));
+    if (!s.ok()) return "recv: " + s.message();
+    if (in != prev * 17) return "recv: wrong value";
+  }
+  return "";
+}
+
+std::string initAndCheck(const ncclUniqueId& id, int rank, int nranks) {
+  ncclComm_t comm = nullptr;
+  std::string err = check(ncclCommInitRank(&comm, nranks, id, rank), "ncclCommInitRank");
+  if (!err.empty()) return err;
+  int count = -1, me = -1, dev = -2;
+  if (ncclCommCount(comm, &count) != ncclSuccess || count != nranks) return "ncclCommCount";
+  if (ncclCommUserRank(comm, &me) != ncclSuccess || me != rank) return "ncclCommUserRank";
+  if (ncclCommCuDevice(comm, &dev) != ncclSuccess || dev != -1) return "ncclCommCuDevice on the host backend";
+  ncclResult_t async = ncclInternalError;
+  if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess) return "async error";
+  err = exerciseBootstrap(comm, rank, nranks);
+  if (!err.empty()) return err;
+  // Peer info: every rank saw every other with this host's id.
+  for (const PeerInfo& p : static_cast<Communicator*>(comm)->peers()) {
+    if (std::string(p.hostId) != localHostId()) return "peer info host id";
+  }
+  if (ncclCommFinalize(comm) != ncclSuccess) return "finalize";
+  float x = 0;
+  if (ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr) != ncclInvalidUsage) return "collective after finalize";
+  return check(ncclCommDestroy(comm), "ncclCommDestroy");
+}
+
+class CommRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(CommRanks, InitQueriesBootstrapDestroy) {
+  int nranks = GetParam();
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(nranks, [&](int r, int n) { return initAndCheck(root.id, r, n); }, 60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+INSTANTIATE_TEST_SUITE_P(Sizes, CommRanks, ::testing::Values(1, 2, 3, 4, 8));
+
+TEST(Comm, SplitWithReversedKeysAndNoColor) {
+  const int n = 6;
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(n, [&](int rank, int nranks) -> std::string {
+    ncclComm_t comm = nullptr;
+    std::string err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "init");
+    if (!err.empty()) return err;
+    // Rank 5 opts out; the others split by parity, ordered by descending rank.
+    int color = rank == 5 ? NCCL_SPLIT_NOCOLOR : rank % 2;
+    ncclComm_t sub = reinterpret_cast<ncclComm_t>(1);
+    err = check(ncclCommSplit(comm, color, -rank, &sub, nullptr), "split");
+    if (!err.empty()) return err;
+    if (rank == 5) {
+      if (sub != nullptr) return "NOCOLOR must give NULL";
+      return check(ncclCommDestroy(comm), "destroy");
+    }
+    // Members: even {4,2,0} or odd {3,1}, in that order.
+    std::vector<int> members = rank % 2 == 0 ? std::vector<int>{4, 2, 0} : std::vector<int>{3, 1};
+    int size = -1, newRank = -1;
+    ncclCommCount(sub, &size);
+    ncclCommUserRank(sub, &newRank);
+    if (size != static_cast<int>(members.size())) return "split size " + std::to_string(size);
+    if (members[static_cast<size_t>(newRank)] != rank) return "split order: new rank " + std::to_string(newRank);
+    std::vector<int32_t> seen(members.size());
+    seen[static_cast<size_t>(newRank)] = rank;
+    Status s = bootstrapOf(sub)->allGather(seen.data(), sizeof(int32_t));
+    if (!s.ok()) return "sub allGather: " + s.message();
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (seen[i] != members[i]) return "sub allGather membership";
+    }
+    err = check(ncclCommDestroy(sub), "destroy sub");
+    if (!err.empty()) return err;
+    return check(ncclCommDestroy(comm), "destroy");
+  }, 60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(Comm, NonBlockingInitPollsToCompletion) {
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(3, [&](int rank, int nranks) -> std::string {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, nranks, root.id, rank, &config);
+    if (r != ncclInProgress && r != ncclSuccess) return check(r, "init");
+    if (comm == nullptr) return "no handle from non-blocking init";
+    ncclResult_t state = ncclInProgress;
+    for (int i = 0; i < 2000 && state == ncclInProgress; ++i) {
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return "GetAsyncError failed";
+      if (state == ncclInProgress) usleep(5000);
+    }
+    if (state != ncclSuccess) return "async state " + std::to_string(state);
+    std::string err = exerciseBootstrap(comm, rank, nranks);
+    if (!err.empty()) return err;
+    return check(ncclCommDestroy(comm), "destroy");
+  }, 60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(Comm, ScalableInitWithThreeRoots) {
+  RootProcess a = startRootProcess(kFastEnv), b = startRootProcess(kFastEnv), c = startRootProcess(kFastEnv);
+  ncclUniqueId ids[3] = {a.id, b.id, c.id};
+  auto out = runRanks(7, [&](int rank, int nranks) -> std::string {
+    ncclComm_t comm = nullptr;
+    std::string err = check(ncclCommInitRankScalable(&comm, nranks, rank, 3, ids, nullptr), "scalable init");
+    if (!err.empty()) return err;
+    err = exerciseBootstrap(comm, rank, nranks);
+    if (!err.empty()) return err;
+    return check(ncclCommDestroy(comm), "destroy");
+  }, 60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(Comm, CommIdLetsRankZeroHostTheRoot) {
+  // Every process makes the id itself from NCCL_COMM_ID; rank 0 hosts the root.
+  int port = 20000 + getpid() % 20000;
+  std::vector<std::string> env = kFastEnv;
+  env.push_back("NCCL_COMM_ID=127.0.0.1:" + std::to_string(port));
+  auto out = runRanks(4, [&](int rank, int nranks) -> std::string {
+    ncclUniqueId id;
+    std::string err = check(ncclGetUniqueId(&id), "unique id");
+    if (!err.empty()) return err;
+    return initAndCheck(id, rank, nranks);
+  }, 60, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+// ---------------------------------------------------------------- faults
+
+TEST(CommFaults, RankKilledDuringInitFailsTheOthersInTime) {
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(4, [&](int rank, int nranks) -> std::string {
+    ncclComm_t comm = nullptr;
+    if (rank == 3) {
+      // Join (non-blocking, so the hello goes out) and die without a word
+      // while the others have not arrived yet.
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      ncclCommInitRankConfig(&comm, nranks, root.id, rank, &config);
+      usleep(300000);
+      kill(getpid(), SIGKILL);
+    }
+    usleep(1000000);
+    ncclResult_t r = ncclCommInitRank(&comm, nranks, root.id, rank);
+    if (r == ncclSuccess) return "init succeeded although rank 3 died";
+    std::string text = ncclGetLastError(nullptr);
+    if (text.find('3') == std::string::npos) return "error does not name rank 3: " + text;
+    if (comm != nullptr) return "failed init left a handle";
+    return "";
+  }, 30, kFastEnv);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(out[static_cast<size_t>(r)].report, "") << "rank " << r;
+    EXPECT_LT(out[static_cast<size_t>(r)].seconds, 15.0) << "rank " << r << " took too long";
+  }
+  EXPECT_FALSE(out[3].exited);  // SIGKILLed
+}
+
+TEST(CommFaults, RootGoneBeforeRanksArrive) {
+  RootProcess root = startRootProcess(kFastEnv);
+  ncclUniqueId id = root.id;
+  root.kill();
+  std::vector<std::string> env = {"BRAID_BOOTSTRAP_TIMEOUT=2"};
+  auto out = runRanks(2, [&](int rank, int nranks) -> std::string {
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = ncclCommInitRank(&comm, nranks, id, rank);
+    std::string text = ncclGetLastError(nullptr);
+    if (r != ncclRemoteError) return "expected ncclRemoteError, got " + std::to_string(r) + ": " + text;
+    if (text.find("could not reach the bootstrap root") == std::string::npos) return "message: " + text;
+    return "";
+  }, 30, env);
+  EXPECT_EQ(describeFailures(out), "");
+  for (const RankOutcome& o : out) EXPECT_LT(o.seconds, 10.0);
+}
+
+TEST(CommFaults, StrayGarbageAndWrongSecretDoNotDisturbTheJob) {
+  RootProcess root = startRootProcess(kFastEnv);
+  bootstrap::UniqueIdData data;
+  ASSERT_TRUE(bootstrap::decodeUniqueId(root.id, &data).ok());
+  // Strays in this (test) process: a silent client, garbage, a port scan
+  // (connect and close), a truncated hello, and a well-formed hello from
+  // another job (wrong secret).
+  std::vector<Socket> strays(5);
+  for (Socket& s : strays) ASSERT_TRUE(Socket::connect(data.root, deadlineIn(5), nullptr, &s).ok());
+  const char garbage[] = "GET / HTTP/1.0\r\n\r\n";
+  ASSERT_TRUE(strays[1].sendAll(garbage, sizeof(garbage), deadlineIn(5), nullptr).ok());
+  strays[2].close();
+  bootstrap::Hello other;
+  other.nranks = 2;
+  other.ranks.push_back({0, data.root});
+  std::vector<uint8_t> bytes = bootstrap::encodeHello(other);
+  ASSERT_TRUE(strays[3].sendAll(bytes.data(), 20, deadlineIn(5), nullptr).ok());  // truncated
+  ASSERT_TRUE(strays[4].sendAll(bytes.data(), bytes.size(), deadlineIn(5), nullptr).ok());  // wrong secret
+  uint8_t header[bootstrap::kReplyHeaderSize];
+  ASSERT_TRUE(strays[4].recvAll(header, sizeof(header), deadlineIn(5), nullptr).ok());
+  size_t body = 0;
+  ASSERT_TRUE(bootstrap::replyBodySize(header, sizeof(header), &body).ok());
+  std::vector<uint8_t> full(header, header + sizeof(header));
+  full.resize(sizeof(header) + body);
+  ASSERT_TRUE(strays[4].recvAll(full.data() + sizeof(header), body, deadlineIn(5), nullptr).ok());
+  bootstrap::RootReply reply;
+  ASSERT_TRUE(bootstrap::decodeRootReply(full.data(), full.size(), &reply).ok());
+  EXPECT_EQ(reply.result, ncclInvalidArgument);
+  EXPECT_NE(reply.message.find("secret"), std::string::npos);
+
+  auto out = runRanks(3, [&](int rank, int nranks) { return initAndCheck(root.id, rank, nranks); }, 60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(CommFaults, WrongSecretRankIsRejectedWithAClearError) {
+  RootProcess root = startRootProcess(kFastEnv);
+  bootstrap::UniqueIdData data;
+  ASSERT_TRUE(bootstrap::decodeUniqueId(root.id, &data).ok());
+  data.secret[0] ^= 0xff;
+  ncclUniqueId forged;
+  bootstrap::encodeUniqueId(data, &forged);
+  // Process 1 holds another job's id and arrives while the real job (ranks
+  // 0 and 1, in processes 0 and 2) is still gathering.
+  auto out = runRanks(3, [&](int proc, int) -> std::string {
+    ncclComm_t comm = nullptr;
+    if (proc == 1) {
+      ncclResult_t r = ncclCommInitRank(&comm, 2, forged, 1);
+      std::string text = ncclGetLastError(nullptr);
+      if (r != ncclInvalidArgument || text.find("secret") == std::string::npos) return "forged: " + text;
+      return "";
+    }
+    if (proc == 2) usleep(500000);
+    return initAndCheck(root.id, proc == 0 ? 0 : 1, 2);
+  }, 30, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(CommFaults, TwoRanksClaimingOneRankBothFail) {
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(2, [&](int, int) -> std::string {
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = ncclCommInitRank(&comm, 2, root.id, 0);  // both say rank 0
+    std::string text = ncclGetLastError(nullptr);
+    if (r != ncclInvalidArgument || text.find("claim rank 0") == std::string::npos) {
+      return "got " + std::to_string(r) + ": " + text;
+    }
+    return "";
+  }, 30, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(CommFaults, DisagreeingRankCountsFail) {
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(2, [&](int rank, int) -> std::string {
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = ncclCommInitRank(&comm, rank == 0 ? 2 : 3, root.id, rank);
+    std::string text = ncclGetLastError(nullptr);
+    if (r == ncclSuccess || text.find("nranks") == std::string::npos) return "got " + std::to_string(r) + ": " + text;
+    return "";
+  }, 30, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(CommFaults, AbortFromAnotherThreadReleasesInit) {
+  RootProcess root = startRootProcess({"BRAID_BOOTSTRAP_TIMEOUT=60"});
+  auto out = runRanks(1, [&](int, int) -> std::string {
+    // Rank 0 of 2; rank 1 never comes, so init would wait 60 s.
+    std::atomic<ncclComm_t> published{nullptr};
+    ncclResult_t blockingResult = ncclSuccess;
+    ncclComm_t handle = nullptr;
+    std::thread initThread([&] {
+      blockingResult = ncclCommInitRank(&handle, 2, root.id, 0);
+    });
+    // The blocking init publishes its handle before it waits; find it.
+    auto t0 = std::chrono::steady_clock::now();
+    while (published.load() == nullptr) {
+      ncclComm_t h = __atomic_load_n(&handle, __ATOMIC_ACQUIRE);
+      if (h != nullptr) published.store(h);
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+        initThread.detach();
+        return "blocking init never published its handle";
+      }
+      usleep(1000);
+    }
+    usleep(300000);
+    auto a0 = std::chrono::steady_clock::now();
+    std::string err = check(ncclCommAbort(published.load()), "abort");
+    initThread.join();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - a0).count();
+    if (!err.empty()) return err;
+    if (secs > 1.0) return "abort took " + std::to_string(secs) + " s";
+    if (blockingResult == ncclSuccess) return "aborted init reported success";
+
+    // Non-blocking: abort while it waits.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t nb = nullptr;
+    ncclResult_t r = ncclCommInitRankConfig(&nb, 2, root.id, 0, &config);
+    if (r != ncclInProgress) return check(r, "non-blocking init");
+    usleep(300000);
+    a0 = std::chrono::steady_clock::now();
+    err = check(ncclCommAbort(nb), "abort non-blocking");
+    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - a0).count();
+    if (!err.empty()) return err;
+    if (secs > 1.0) return "non-blocking abort took " + std::to_string(secs) + " s";
+    return "";
+  }, 30);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+// ---------------------------------------------------------------- threads
+
+TEST(CommThreads, InitAllMakesOneCommunicatorPerDevice) {
+  const int n = 4;
+  std::vector<ncclComm_t> comms(n, nullptr);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int i = 0; i < n; ++i) {
+    int rank = -1, count = -1;
+    ncclCommUserRank(comms[static_cast<size_t>(i)], &rank);
+    ncclCommCount(comms[static_cast<size_t>(i)], &count);
+    EXPECT_EQ(rank, i);
+    EXPECT_EQ(count, n);
+    threads.emplace_back([&, i] { errors[static_cast<size_t>(i)] = exerciseBootstrap(comms[static_cast<size_t>(i)], i, n); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < n; ++i) EXPECT_EQ(errors[static_cast<size_t>(i)], "") << "rank " << i;
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+TEST(CommThreads, StrayOnAPeerListenerIsDropped) {
+  const int n = 2;
+  std::vector<ncclComm_t> comms(n, nullptr);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  // Garbage and a silent connection to rank 1's bootstrap listener.
+  SocketAddress addr = bootstrapOf(comms[0])->address(1);
+  Socket silent, noisy;
+  ASSERT_TRUE(Socket::connect(addr, deadlineIn(5), nullptr, &silent).ok());
+  ASSERT_TRUE(Socket::connect(addr, deadlineIn(5), nullptr, &noisy).ok());
+  std::vector<uint8_t> junk(200, 0xab);
+  ASSERT_TRUE(noisy.sendAll(junk.data(), junk.size(), deadlineIn(5), nullptr).ok());
+  std::string e0, e1;
+  std::thread t0([&] {
+    int64_t v = 99;
+    Status s = bootstrapOf(comms[0])->send(1, 7, &v, sizeof(v));
+    if (!s.ok()) e0 = s.message();
+  });
+  std::thread t1([&] {
+    int64_t v = 0;
+    Status s = bootstrapOf(comms[1])->recv(0, 7, &v, sizeof(v));
+    if (!s.ok()) e1 = s.message();
+    if (v != 99) e1 += " wrong value";
+  });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(e0, "");
+  EXPECT_EQ(e1, "");
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+}  // namespace
+}  // namespace braid::test
