@@ -30,3 +30,12 @@ braid_build() {
   cmake --build "$dir" -j "$(nproc)" >&2
   echo "$dir"
 }
+
+# Installs what flavor $1 needs and builds it; prints the build folder.
+braid_prepare() {
+  local flavor=$1 extra=()
+  [[ $flavor == hip ]] && extra+=(--hip)
+  [[ $flavor == cuda ]] && extra+=(--cuda)
+  bash scripts/install-deps.sh "${extra[@]}" >&2
+  braid_build "$flavor"
+}

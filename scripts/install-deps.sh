@@ -2,7 +2,7 @@
 # Installs what building and testing Braid needs, with apt-get, skipping
 # packages already present (so it needs no network when nothing is missing).
 #
-#   scripts/install-deps.sh          compiler, CMake, Ninja, GoogleTest
+#   scripts/install-deps.sh          compiler, CMake, Ninja, GoogleTest, Open MPI
 #   scripts/install-deps.sh --hip    also Debian's HIP toolchain (hipcc, clang, HIP headers)
 #   scripts/install-deps.sh --fuzz   also clang with libFuzzer (the fuzz targets)
 #
@@ -20,7 +20,8 @@ for arg in "$@"; do
   esac
 done
 
-packages=(g++ gcc make cmake ninja-build libgtest-dev binutils pkg-config ca-certificates)
+packages=(g++ gcc make cmake ninja-build libgtest-dev binutils pkg-config ca-certificates
+          libopenmpi-dev openmpi-bin)
 if (( want_hip )); then
   packages+=(hipcc libamdhip64-dev)
 fi

@@ -5,10 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
-flavor=$(braid_flavor)
-extra=()
-[[ $flavor == hip ]] && extra+=(--hip)
-[[ $flavor == cuda ]] && extra+=(--cuda)
-bash scripts/install-deps.sh "${extra[@]}"
-dir=$(braid_build "$flavor")
+dir=$(braid_prepare "$(braid_flavor)")
 ctest --test-dir "$dir" -j "$(nproc)" --timeout 300 --output-on-failure "$@"

@@ -94,20 +94,12 @@ Status Bootstrap::joinRoot(const std::vector<UniqueIdData>& ids) {
                        " s): is the process that called ncclGetUniqueId still running? (", st.message(), ")");
   }
   BRAID_CHECK(s.sendAll(bytes.data(), bytes.size(), dl, options_.abort).withContext("sending hello to the root"));
-  uint8_t header[kReplyHeaderSize];
-  st = s.recvAll(header, sizeof(header), dl, options_.abort);
+  RootReply reply;
+  st = receiveRootReply(s, dl, options_.abort, &reply);
   if (!st.ok()) {
     if (st.code() == ncclInvalidUsage) return st;
     return remoteError("no answer from the bootstrap root at ", id.root.toString(), ": ", st.message());
   }
-  size_t body = 0;
-  BRAID_CHECK(replyBodySize(header, sizeof(header), &body));
-  std::vector<uint8_t> full(header, header + sizeof(header));
-  full.resize(sizeof(header) + body);
-  BRAID_CHECK(s.recvAll(full.data() + sizeof(header), body, dl, options_.abort)
-                  .withContext("receiving the rank table from the root"));
-  RootReply reply;
-  BRAID_CHECK(decodeRootReply(full.data(), full.size(), &reply));
   if (reply.result != ncclSuccess) return Status(reply.result, reply.message);
   if (reply.addresses.size() != static_cast<size_t>(nranks_)) {
     return internalError("the root sent ", reply.addresses.size(), " addresses for ", nranks_, " ranks");
@@ -120,21 +112,24 @@ Status Bootstrap::connectRing() {
   if (nranks_ == 1) return okStatus();
   int next = (rank_ + 1) % nranks_;
   int prev = (rank_ - 1 + nranks_) % nranks_;
-  Deadline dl = deadline();
-  Status st = Socket::connect(addresses_[next], dl, options_.abort, &ringNext_);
+  BRAID_CHECK(connectPeer(next, kRingTag, deadline(), &ringNext_));
+  BRAID_CHECK(acceptFrom(prev, kRingTag, &ringPrev_));
+  BRAID_INFO(kLogBootstrap, "bootstrap: rank %d ring connected (prev %d, next %d)", rank_, prev, next);
+  return okStatus();
+}
+
+Status Bootstrap::connectPeer(int peer, uint32_t tag, Deadline dl, Socket* out) {
+  Status st = Socket::connect(addresses_[peer], dl, options_.abort, out);
   if (!st.ok()) {
-    if (st.code() == ncclInvalidUsage) return st;
-    return remoteError("cannot connect to the next ", describe(next), ": ", st.message());
+    if (st.code() == ncclInvalidUsage) return st;  // aborted
+    return remoteError("cannot reach ", describe(peer), ": ", st.message());
   }
   PeerHello ph;
   ph.secret = secret_;
   ph.fromRank = static_cast<uint32_t>(rank_);
-  ph.tag = kRingTag;
+  ph.tag = tag;
   std::vector<uint8_t> bytes = encodePeerHello(ph);
-  BRAID_CHECK(ringNext_.sendAll(bytes.data(), bytes.size(), dl, options_.abort));
-  BRAID_CHECK(acceptFrom(prev, kRingTag, &ringPrev_));
-  BRAID_INFO(kLogBootstrap, "bootstrap: rank %d ring connected (prev %d, next %d)", rank_, prev, next);
-  return okStatus();
+  return out->sendAll(bytes.data(), bytes.size(), dl, options_.abort);
 }
 
 Status Bootstrap::acceptFrom(int peer, uint32_t tag, Socket* out) {
@@ -277,21 +272,11 @@ Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
   if (tag == kRingTag) return invalidArgument("bootstrap tag ", tag, " is reserved");
   Deadline dl = deadline();
   Socket s;
-  Status st = Socket::connect(addresses_[peer], dl, options_.abort, &s);
-  if (!st.ok()) {
-    if (st.code() == ncclInvalidUsage) return st;
-    return remoteError("cannot reach ", describe(peer), ": ", st.message());
-  }
-  PeerHello ph;
-  ph.secret = secret_;
-  ph.fromRank = static_cast<uint32_t>(rank_);
-  ph.tag = tag;
-  std::vector<uint8_t> frame = encodePeerHello(ph);
+  BRAID_CHECK(connectPeer(peer, tag, dl, &s));
   uint8_t header[kMessageHeaderSize];
   encodeMessageHeader(bytes, header);
-  frame.insert(frame.end(), header, header + sizeof(header));
-  BRAID_CHECK(s.sendAll(frame.data(), frame.size(), dl, options_.abort));
-  st = s.sendAll(data, bytes, dl, options_.abort);
+  BRAID_CHECK(s.sendAll(header, sizeof(header), dl, options_.abort));
+  Status st = s.sendAll(data, bytes, dl, options_.abort);
   if (!st.ok() && st.code() == ncclRemoteError) return remoteError(describe(peer), " went away: ", st.message());
   return st;
 }

@@ -53,6 +53,8 @@ class Bootstrap {
   Bootstrap() = default;
   Status joinRoot(const std::vector<UniqueIdData>& ids);
   Status connectRing();
+  // Connects to `peer`'s listener and introduces this rank with `tag`.
+  Status connectPeer(int peer, uint32_t tag, Deadline deadline, Socket* out);
   // Waits for a connection from `peer` with `tag`; stashes others.
   Status acceptFrom(int peer, uint32_t tag, Socket* out);
   Status exchange(const void* sendData, void* recvData, size_t bytes, Deadline deadline);

@@ -272,14 +272,7 @@ void Root::finishIfComplete() {
     Status st = Socket::connect(firstRoot_, deadline_, &stop_, &s);
     std::vector<uint8_t> bytes = encodeHello(fwd);
     if (st.ok()) st = s.sendAll(bytes.data(), bytes.size(), deadline_, &stop_);
-    uint8_t header[kReplyHeaderSize];
-    if (st.ok()) st = s.recvAll(header, sizeof(header), deadline_, &stop_);
-    size_t body = 0;
-    if (st.ok()) st = replyBodySize(header, sizeof(header), &body);
-    std::vector<uint8_t> full(header, header + sizeof(header));
-    full.resize(sizeof(header) + body);
-    if (st.ok()) st = s.recvAll(full.data() + sizeof(header), body, deadline_, &stop_);
-    if (st.ok()) st = decodeRootReply(full.data(), full.size(), &r);
+    if (st.ok()) st = receiveRootReply(s, deadline_, &stop_, &r);
     if (!st.ok()) {
       failJob(st.code() == ncclInvalidUsage ? ncclRemoteError : st.code(),
               strCat("sub-root ", idIndex_, " could not reach the first root at ", firstRoot_.toString(), ": ",
@@ -409,6 +402,17 @@ Status startRoot(const SocketAddress& bind, const Secret& secret, double timeout
   BRAID_INFO(kLogBootstrap, "bootstrap root listening on %s", listening->toString().c_str());
   rootList().add(std::move(rt));
   return okStatus();
+}
+
+Status receiveRootReply(const Socket& s, Deadline deadline, const std::atomic<bool>* abort, RootReply* out) {
+  uint8_t header[kReplyHeaderSize];
+  BRAID_CHECK(s.recvAll(header, sizeof(header), deadline, abort));
+  size_t body = 0;
+  BRAID_CHECK(replyBodySize(header, sizeof(header), &body));
+  std::vector<uint8_t> full(header, header + sizeof(header));
+  full.resize(sizeof(header) + body);
+  BRAID_CHECK(s.recvAll(full.data() + sizeof(header), body, deadline, abort));
+  return decodeRootReply(full.data(), full.size(), out);
 }
 
 int reapRoots() { return rootList().running(); }

@@ -30,6 +30,9 @@ namespace braid::bootstrap {
 // address to put into the unique id.
 Status startRoot(const SocketAddress& bind, const Secret& secret, double timeoutSec, SocketAddress* listening);
 
+// Reads one root reply (header, then the body it announces) from `s`.
+Status receiveRootReply(const Socket& s, Deadline deadline, const std::atomic<bool>* abort, RootReply* out);
+
 // Joins roots that have finished; returns how many are still running.
 // Called after each init so finished root threads do not linger.
 int reapRoots();

@@ -137,6 +137,9 @@ Status decodeUniqueId(const ncclUniqueId& id, UniqueIdData* out) {
   }
   if (!r.address(&d.root, false)) return malformed("unique id", "no valid root address");
   if (!r.bytes(d.secret.data(), d.secret.size())) return malformed("unique id", "truncated secret");
+  bool emptySecret = true;
+  for (uint8_t b : d.secret) emptySecret &= b == 0;
+  if (emptySecret) return malformed("unique id", "empty secret");
   *out = d;
   return okStatus();
 }

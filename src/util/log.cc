@@ -209,6 +209,9 @@ void logReset() {
 void logVersionOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // Only when the user asked for logging: the default WARN level is for
+    // problems, and a banner from every rank of a large job is noise.
+    if (paramDebug.source() == ParamSource::Default) return;
     BRAID_LOG_(LogLevel::Version, kLogInit, "Braid %d.%d.%d (NCCL %d.%d.%d API), flavor %s",
                BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
                BRAID_GPU_FLAVOR);

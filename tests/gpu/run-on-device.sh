@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the cuda flavor and runs the whole suite on a GPU machine (the
+# device tool's nvidia-h200-x2): GPU tests included, the rest on the host
+# backend. Writes logs to $OUT (or ./gpu-results) and prints a summary.
+#   bash tests/gpu/run-on-device.sh [cuda-arch]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
+arch=${1:-90}
+nvidia-smi -L | tee "$out/gpus.txt"
+s=$(date +%s)
+cmake -S . -B build/device -G Ninja -DBRAID_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES="$arch" > "$out/configure.log" 2>&1 \
+  || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build/device -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+echo "cuda flavor (sm_$arch) built in $(( $(date +%s) - s )) s"
+build/device/bin/braid-info | head -12 | tee "$out/braid-info.txt"
+ctest --test-dir build/device -j 8 --timeout 300 --output-on-failure > "$out/ctest.log" 2>&1
+rc=$?
+grep -E "tests passed|Failed|\*\*\*" "$out/ctest.log"
+ctest --test-dir build/device -L gpu -V 2>&1 | grep -E "^\S+: \[ +(OK|FAILED|SKIPPED) +\]" | tee "$out/gpu-tests.txt"
+exit $rc
