@@ -30,8 +30,7 @@ ncclResult_t finishCall(const char* func, const Status& status, ncclComm_t comm)
   return status.code();
 }
 
-ncclResult_t failFromException(const char* func, const char* what, ncclComm_t comm) {
-  ncclResult_t code = std::string(what) == "out of host memory" ? ncclSystemError : ncclInternalError;
+ncclResult_t failFromException(const char* func, ncclResult_t code, const char* what, ncclComm_t comm) {
   return finishCall(func, Status(code, what), comm);
 }
 

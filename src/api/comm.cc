@@ -18,8 +18,6 @@ Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   return okStatus();
 }
 
-// A live communicator; `ready` also requires init to have completed.
-Status liveComm(ncclComm_t comm, Communicator** out, bool ready) { return lookupComm(comm, out, ready); }
 }  // namespace
 
 BRAID_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
@@ -87,7 +85,7 @@ BRAID_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nrank
 BRAID_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   return api::apiGuard("ncclCommFinalize", [&]() -> Status {
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/true));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
     return commFinalize(c);
   }, comm);
 }
@@ -96,7 +94,7 @@ BRAID_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   return api::apiGuard("ncclCommDestroy", [&]() -> Status {
     if (comm == nullptr) return okStatus();  // as NCCL: destroying NULL is a no-op
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
     return commDestroy(c);
   }, comm);
 }
@@ -105,7 +103,7 @@ BRAID_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   return api::apiGuard("ncclCommAbort", [&]() -> Status {
     if (comm == nullptr) return okStatus();
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
     return commAbort(c);
   }, comm);
 }
@@ -113,7 +111,7 @@ BRAID_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 BRAID_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   return api::apiGuard("ncclCommRevoke", [&]() -> Status {
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
     if (revokeFlags != NCCL_REVOKE_DEFAULT) {
       return invalidArgument("argument 'revokeFlags' is ", revokeFlags, "; it must be NCCL_REVOKE_DEFAULT (0)");
     }
@@ -125,7 +123,7 @@ BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nccl
           ncclConfig_t* config) {
   return api::apiGuard("ncclCommSplit", [&]() -> Status {
     Communicator* parent = nullptr;
-    BRAID_CHECK(liveComm(comm, &parent, /*ready=*/true));
+    BRAID_CHECK(lookupComm(comm, &parent, /*needReady=*/true));
     BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
       return invalidArgument("argument 'color' is ", color, "; it must be >= 0 or NCCL_SPLIT_NOCOLOR");
@@ -140,7 +138,7 @@ BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, 
           ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   return api::apiGuard("ncclCommShrink", [&]() -> Status {
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/true));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
     BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
     if (excludeRanksCount < 0) return invalidArgument("argument 'excludeRanksCount' is negative");
     if (excludeRanksCount > 0) BRAID_CHECK(api::checkNotNull(excludeRanksList, "excludeRanksList"));
@@ -158,7 +156,7 @@ BRAID_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* as
   return api::apiGuard("ncclCommGetAsyncError", [&]() -> Status {
     BRAID_CHECK(api::checkNotNull(asyncError, "asyncError"));
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
     *asyncError = c->asyncError();
     return okStatus();
   }, comm);
@@ -168,7 +166,7 @@ BRAID_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
   return api::apiGuard("ncclCommCount", [&]() -> Status {
     BRAID_CHECK(api::checkNotNull(count, "count"));
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
     *count = c->nranks();
     return okStatus();
   }, comm);
@@ -178,7 +176,7 @@ BRAID_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   return api::apiGuard("ncclCommCuDevice", [&]() -> Status {
     BRAID_CHECK(api::checkNotNull(device, "device"));
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
     *device = c->device();
     return okStatus();
   }, comm);
@@ -188,7 +186,7 @@ BRAID_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
   return api::apiGuard("ncclCommUserRank", [&]() -> Status {
     BRAID_CHECK(api::checkNotNull(rank, "rank"));
     Communicator* c = nullptr;
-    BRAID_CHECK(liveComm(comm, &c, /*ready=*/false));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
     *rank = c->rank();
     return okStatus();
   }, comm);
@@ -200,7 +198,7 @@ BRAID_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
   BRAID_API(ncclResult_t, name, params) {                  \
     return api::apiGuard(#name, [&]() -> Status {          \
       Communicator* c = nullptr;                           \
-      BRAID_CHECK(liveComm(comm, &c, /*ready=*/true));     \
+      BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));     \
       extraChecks;                                         \
       return api::notBuiltYet(#name, kNotYet);             \
     }, comm);                                              \

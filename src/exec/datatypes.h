@@ -1,0 +1,149 @@
+// Element types without native C++ arithmetic: fp16, bf16, fp8 (e4m3, e5m2).
+//
+// Each is a trivially copyable struct holding the bits, usable on the host
+// and in kernels alike, with conversions to and from float and the operators
+// the reduction functors need (+, *, <), so OpSum/OpProd/OpMin/OpMax work on
+// them unchanged.
+//
+// Accumulation precision: every binary operation converts both operands to
+// float, computes in float, and rounds the result back to the type (round to
+// nearest, ties to even). A reduction over n ranks therefore rounds n-1 times
+// in the element type, as NCCL does for these types.
+//
+// fp8 follows the OCP 8-bit floating point specification: e4m3 ("fn": no
+// infinities, NaN = S.1111.111, largest finite 448) and e5m2 (IEEE-like,
+// infinities and NaNs, largest finite 57344). Conversions from float
+// saturate to the largest finite value (CUDA's __NV_SATFINITE), and NaN stays
+// NaN.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "platform/host_device.h"
+
+namespace braid {
+
+namespace detail {
+
+BRAID_HOST_DEVICE BRAID_INLINE uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+BRAID_HOST_DEVICE BRAID_INLINE float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Rounds a float to a narrower binary format with `mant` mantissa bits,
+// `expBits` exponent bits and exponent bias `bias`; returns sign | exponent |
+// mantissa in the low bits. Overflow past `maxFinite` (an encoding without
+// sign) saturates to it if `saturate`, else becomes `infBits`; NaN becomes
+// `nanBits`. Rounds to nearest, ties to even; handles subnormals both ways.
+BRAID_HOST_DEVICE inline uint32_t roundToNarrow(float f, int mant, int expBits, int bias, uint32_t maxFinite,
+                                                bool saturate, uint32_t infBits, uint32_t nanBits) {
+  const uint32_t u = floatBits(f);
+  const uint32_t s = (u >> 31) << (mant + expBits);
+  uint32_t absBits = u & 0x7fffffffu;
+  if (absBits > 0x7f800000u) return s | nanBits;  // NaN
+  if (absBits == 0x7f800000u) return s | (saturate ? maxFinite : infBits);
+  float a = bitsFloat(absBits);
+  // Smallest normal of the target: 2^(1-bias).
+  int e = static_cast<int>(absBits >> 23) - 127;  // unbiased exponent of the input (normal inputs)
+  uint32_t out;
+  if (absBits < 0x00800000u || e < 1 - bias) {
+    // Target subnormal (or zero): value / 2^(1-bias-mant), rounded to an integer.
+    float scaled = a * bitsFloat(static_cast<uint32_t>(127 - (1 - bias - mant)) << 23);
+    // Round half to even on the integer part.
+    uint32_t q = static_cast<uint32_t>(scaled);
+    float rem = scaled - static_cast<float>(q);
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
+    out = q;  // q == 2^mant becomes the smallest normal, which the encoding handles
+  } else {
+    uint32_t m = absBits & 0x7fffffu;
+    int shift = 23 - mant;
+    uint32_t keep = m >> shift;
+    uint32_t rest = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    uint32_t biased = static_cast<uint32_t>(e + bias);
+    out = (biased << mant) | keep;
+    if (rest > half || (rest == half && (keep & 1u))) ++out;  // may carry into the exponent: correct
+  }
+  if (out > maxFinite) return s | (saturate ? maxFinite : infBits);
+  return s | out;
+}
+
+// Expands a narrow encoding (sign bit above the exponent) to float.
+BRAID_HOST_DEVICE inline float expandNarrow(uint32_t bits, int mant, int expBits, int bias, bool hasInf) {
+  uint32_t signBit = (bits >> (mant + expBits)) & 1u;
+  uint32_t exp = (bits >> mant) & ((1u << expBits) - 1);
+  uint32_t m = bits & ((1u << mant) - 1);
+  float v;
+  uint32_t expMax = (1u << expBits) - 1;
+  if (hasInf && exp == expMax) {
+    v = m == 0 ? bitsFloat(0x7f800000u) : bitsFloat(0x7fc00000u);
+  } else if (!hasInf && exp == expMax && m == (1u << mant) - 1) {
+    v = bitsFloat(0x7fc00000u);  // e4m3fn's only NaN
+  } else if (exp == 0) {
+    // Subnormal: m * 2^(1 - bias - mant).
+    v = static_cast<float>(m) * bitsFloat(static_cast<uint32_t>(127 + 1 - bias - mant) << 23);
+  } else {
+    v = bitsFloat(((exp - static_cast<uint32_t>(bias) + 127u) << 23) | (m << (23 - mant)));
+  }
+  return signBit ? -v : v;
+}
+
+}  // namespace detail
+
+// Defines +, * and < through float, and == on bits.
+#define BRAID_FLOAT_LIKE_OPERATORS(T)                                                         \
+  BRAID_HOST_DEVICE inline T operator+(T a, T b) { return T::fromFloat(a.toFloat() + b.toFloat()); } \
+  BRAID_HOST_DEVICE inline T operator*(T a, T b) { return T::fromFloat(a.toFloat() * b.toFloat()); } \
+  BRAID_HOST_DEVICE inline bool operator<(T a, T b) { return a.toFloat() < b.toFloat(); }
+
+struct Half {
+  uint16_t bits;
+  BRAID_HOST_DEVICE static Half fromFloat(float f) {
+    return {static_cast<uint16_t>(detail::roundToNarrow(f, 10, 5, 15, 0x7bffu, false, 0x7c00u, 0x7e00u))};
+  }
+  BRAID_HOST_DEVICE float toFloat() const { return detail::expandNarrow(bits, 10, 5, 15, true); }
+};
+
+struct BFloat16 {
+  uint16_t bits;
+  BRAID_HOST_DEVICE static BFloat16 fromFloat(float f) {
+    uint32_t u = detail::floatBits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
+    uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);  // round to nearest even; overflow becomes inf
+    return {static_cast<uint16_t>(rounded >> 16)};
+  }
+  BRAID_HOST_DEVICE float toFloat() const { return detail::bitsFloat(static_cast<uint32_t>(bits) << 16); }
+};
+
+struct Fp8E4M3 {
+  uint8_t bits;
+  BRAID_HOST_DEVICE static Fp8E4M3 fromFloat(float f) {
+    // Largest finite: exponent 1111, mantissa 110 = 0x7e (448); NaN 0x7f.
+    return {static_cast<uint8_t>(detail::roundToNarrow(f, 3, 4, 7, 0x7eu, true, 0x7eu, 0x7fu))};
+  }
+  BRAID_HOST_DEVICE float toFloat() const { return detail::expandNarrow(bits, 3, 4, 7, false); }
+};
+
+struct Fp8E5M2 {
+  uint8_t bits;
+  BRAID_HOST_DEVICE static Fp8E5M2 fromFloat(float f) {
+    // Largest finite: exponent 11110, mantissa 11 = 0x7b (57344); inf 0x7c; NaN 0x7e.
+    return {static_cast<uint8_t>(detail::roundToNarrow(f, 2, 5, 15, 0x7bu, true, 0x7cu, 0x7eu))};
+  }
+  BRAID_HOST_DEVICE float toFloat() const { return detail::expandNarrow(bits, 2, 5, 15, true); }
+};
+
+BRAID_FLOAT_LIKE_OPERATORS(Half)
+BRAID_FLOAT_LIKE_OPERATORS(BFloat16)
+BRAID_FLOAT_LIKE_OPERATORS(Fp8E4M3)
+BRAID_FLOAT_LIKE_OPERATORS(Fp8E5M2)
+#undef BRAID_FLOAT_LIKE_OPERATORS
+
+}  // namespace braid
