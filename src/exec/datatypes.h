@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "platform/host_device.h"
 
@@ -97,19 +98,25 @@ BRAID_HOST_DEVICE inline float expandNarrow(uint32_t bits, int mant, int expBits
 
 }  // namespace detail
 
-// Defines +, * and < through float, and == on bits.
-#define BRAID_FLOAT_LIKE_OPERATORS(T)                                                         \
-  BRAID_HOST_DEVICE inline T operator+(T a, T b) { return T::fromFloat(a.toFloat() + b.toFloat()); } \
-  BRAID_HOST_DEVICE inline T operator*(T a, T b) { return T::fromFloat(a.toFloat() * b.toFloat()); } \
-  BRAID_HOST_DEVICE inline bool operator<(T a, T b) { return a.toFloat() < b.toFloat(); }
-
-struct Half {
-  uint16_t bits;
-  BRAID_HOST_DEVICE static Half fromFloat(float f) {
-    return {static_cast<uint16_t>(detail::roundToNarrow(f, 10, 5, 15, 0x7bffu, false, 0x7c00u, 0x7e00u))};
+// fp16 and both fp8 formats: IEEE-style binary formats narrower than float,
+// told apart only by their parameters.
+template <typename Storage, int kMant, int kExpBits, int kBias, uint32_t kMaxFinite, bool kSaturate, bool kHasInf,
+          uint32_t kInfBits, uint32_t kNanBits>
+struct NarrowFloat {
+  Storage bits;
+  BRAID_HOST_DEVICE static NarrowFloat fromFloat(float f) {
+    return {static_cast<Storage>(
+        detail::roundToNarrow(f, kMant, kExpBits, kBias, kMaxFinite, kSaturate, kInfBits, kNanBits))};
   }
-  BRAID_HOST_DEVICE float toFloat() const { return detail::expandNarrow(bits, 10, 5, 15, true); }
+  BRAID_HOST_DEVICE float toFloat() const { return detail::expandNarrow(bits, kMant, kExpBits, kBias, kHasInf); }
 };
+
+// IEEE binary16: overflow becomes infinity.
+using Half = NarrowFloat<uint16_t, 10, 5, 15, 0x7bffu, false, true, 0x7c00u, 0x7e00u>;
+// OCP e4m3fn: largest finite S.1111.110 = 448, NaN S.1111.111, no infinity.
+using Fp8E4M3 = NarrowFloat<uint8_t, 3, 4, 7, 0x7eu, true, false, 0x7eu, 0x7fu>;
+// OCP e5m2: largest finite S.11110.11 = 57344, infinity S.11111.00, NaN above.
+using Fp8E5M2 = NarrowFloat<uint8_t, 2, 5, 15, 0x7bu, true, true, 0x7cu, 0x7eu>;
 
 struct BFloat16 {
   uint16_t bits;
@@ -122,28 +129,25 @@ struct BFloat16 {
   BRAID_HOST_DEVICE float toFloat() const { return detail::bitsFloat(static_cast<uint32_t>(bits) << 16); }
 };
 
-struct Fp8E4M3 {
-  uint8_t bits;
-  BRAID_HOST_DEVICE static Fp8E4M3 fromFloat(float f) {
-    // Largest finite: exponent 1111, mantissa 110 = 0x7e (448); NaN 0x7f.
-    return {static_cast<uint8_t>(detail::roundToNarrow(f, 3, 4, 7, 0x7eu, true, 0x7eu, 0x7fu))};
-  }
-  BRAID_HOST_DEVICE float toFloat() const { return detail::expandNarrow(bits, 3, 4, 7, false); }
-};
+// +, * and < through float, rounding the result back to the type.
+template <typename T>
+struct IsFloatLike : std::false_type {};
+template <typename S, int M, int E, int B, uint32_t X, bool Sat, bool I, uint32_t IB, uint32_t NB>
+struct IsFloatLike<NarrowFloat<S, M, E, B, X, Sat, I, IB, NB>> : std::true_type {};
+template <>
+struct IsFloatLike<BFloat16> : std::true_type {};
 
-struct Fp8E5M2 {
-  uint8_t bits;
-  BRAID_HOST_DEVICE static Fp8E5M2 fromFloat(float f) {
-    // Largest finite: exponent 11110, mantissa 11 = 0x7b (57344); inf 0x7c; NaN 0x7e.
-    return {static_cast<uint8_t>(detail::roundToNarrow(f, 2, 5, 15, 0x7bu, true, 0x7cu, 0x7eu))};
-  }
-  BRAID_HOST_DEVICE float toFloat() const { return detail::expandNarrow(bits, 2, 5, 15, true); }
-};
-
-BRAID_FLOAT_LIKE_OPERATORS(Half)
-BRAID_FLOAT_LIKE_OPERATORS(BFloat16)
-BRAID_FLOAT_LIKE_OPERATORS(Fp8E4M3)
-BRAID_FLOAT_LIKE_OPERATORS(Fp8E5M2)
-#undef BRAID_FLOAT_LIKE_OPERATORS
+template <typename T, typename = std::enable_if_t<IsFloatLike<T>::value>>
+BRAID_HOST_DEVICE inline T operator+(T a, T b) {
+  return T::fromFloat(a.toFloat() + b.toFloat());
+}
+template <typename T, typename = std::enable_if_t<IsFloatLike<T>::value>>
+BRAID_HOST_DEVICE inline T operator*(T a, T b) {
+  return T::fromFloat(a.toFloat() * b.toFloat());
+}
+template <typename T, typename = std::enable_if_t<IsFloatLike<T>::value>>
+BRAID_HOST_DEVICE inline bool operator<(T a, T b) {
+  return a.toFloat() < b.toFloat();
+}
 
 }  // namespace braid
