@@ -118,21 +118,28 @@ Status Communicator::exchangePeerInfo() {
   peers_.assign(static_cast<size_t>(nranks_), PeerInfo());
   peers_[static_cast<size_t>(rank_)] = me;
   BRAID_CHECK(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)).withContext("exchanging peer info"));
+  return checkPeers(peers_, rank_);
+}
 
-  for (int r = 0; r < nranks_; ++r) {
-    const PeerInfo& p = peers_[static_cast<size_t>(r)];
-    if (p.rank != r) return internalError("peer info slot ", r, " holds rank ", p.rank);
+Status checkPeers(const std::vector<PeerInfo>& peers, int myRank) {
+  const PeerInfo& me = peers[static_cast<size_t>(myRank)];
+  for (size_t r = 0; r < peers.size(); ++r) {
+    const PeerInfo& p = peers[r];
+    if (p.rank != static_cast<int>(r)) return internalError("peer info slot ", r, " holds rank ", p.rank);
     if (p.braidVersion != me.braidVersion) {
       return invalidUsage("Braid versions differ: ", describePeer(p), " runs ", p.braidVersion / 10000, ".",
                           p.braidVersion / 100 % 100, ".", p.braidVersion % 100, ", ", describePeer(me), " runs ",
-                          BRAID_MAJOR, ".", BRAID_MINOR, ".", BRAID_PATCH, "; use one Braid build for the whole job");
+                          me.braidVersion / 10000, ".", me.braidVersion / 100 % 100, ".", me.braidVersion % 100,
+                          "; use one Braid build for the whole job");
     }
     if (p.backend != me.backend) {
       return invalidUsage("backends differ: ", describePeer(p), " uses the ",
-                          backendName(static_cast<Backend>(p.backend)), " backend, ", describePeer(me),
-                          " the ", backendName(backend_), " backend; set BRAID_BACKEND the same on every rank");
+                          backendName(static_cast<Backend>(p.backend)), " backend, ", describePeer(me), " the ",
+                          backendName(static_cast<Backend>(me.backend)),
+                          " backend; set BRAID_BACKEND the same on every rank");
     }
-    if (backend_ == Backend::Gpu && r != rank_ && p.hostHash == me.hostHash && std::strcmp(p.busId, me.busId) == 0) {
+    if (me.backend == static_cast<uint32_t>(Backend::Gpu) && static_cast<int>(r) != myRank &&
+        p.hostHash == me.hostHash && std::strcmp(p.busId, me.busId) == 0) {
       return invalidUsage(describePeer(p), " and ", describePeer(me), " use the same GPU (", me.busId,
                           "); give every rank its own GPU");
     }

@@ -43,6 +43,11 @@ struct PeerInfo {
   char busId[32] = {};        // PCI bus id of the GPU, "" on the host backend
 };
 
+// Checks that every rank runs the same Braid release and backend and, on the
+// GPU backend, that no two ranks of one host share a GPU. The error names
+// the ranks (host id, pid) concerned.
+Status checkPeers(const std::vector<PeerInfo>& peers, int myRank);
+
 // BRAID_BOOTSTRAP_TIMEOUT: the bound on every bootstrap wait.
 double bootstrapTimeoutSeconds();
 
