@@ -33,10 +33,15 @@ std::string gpuArchsBuilt() { return BRAID_GPU_ARCHS; }
 Status selectBackend(Backend* backend) {
   std::string wanted = paramBackend.get();
   int gpus = 0;
-  BRAID_CHECK(gpuDeviceCount(&gpus));
   if (wanted == "host") {
+    // No GPU runtime call at all: initializing it costs time (and memory on
+    // every GPU) that a host-backend job should not pay.
     *backend = Backend::Host;
-  } else if (wanted == "gpu") {
+    BRAID_INFO(kLogInit, "backend host (BRAID_BACKEND=host)");
+    return okStatus();
+  }
+  BRAID_CHECK(gpuDeviceCount(&gpus));
+  if (wanted == "gpu") {
     if (std::string(gpuFlavorName()) == "none") {
       return invalidUsage("BRAID_BACKEND=gpu, but this build of Braid has no GPU backend "
                           "(rebuild with -DBRAID_GPU=cuda or hip)");

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -187,6 +188,10 @@ TEST(Comm, CommIdLetsRankZeroHostTheRoot) {
 
 TEST(CommFaults, RankKilledDuringInitFailsTheOthersInTime) {
   RootProcess root = startRootProcess(kFastEnv);
+  // Rank 3 leaves this file just before it dies; the others wait for it, so
+  // they arrive after its death however long its start took.
+  std::string marker = ::testing::TempDir() + "braid-rank3-" + std::to_string(getpid());
+  std::remove(marker.c_str());
   auto out = runRanks(4, [&](int rank, int nranks) -> std::string {
     ncclComm_t comm = nullptr;
     if (rank == 3) {
@@ -196,9 +201,11 @@ TEST(CommFaults, RankKilledDuringInitFailsTheOthersInTime) {
       config.blocking = 0;
       ncclCommInitRankConfig(&comm, nranks, root.id, rank, &config);
       usleep(300000);
+      std::fclose(std::fopen(marker.c_str(), "w"));
       kill(getpid(), SIGKILL);
     }
-    usleep(1000000);
+    for (int i = 0; i < 1000 && access(marker.c_str(), F_OK) != 0; ++i) usleep(10000);
+    usleep(200000);
     ncclResult_t r = ncclCommInitRank(&comm, nranks, root.id, rank);
     if (r == ncclSuccess) return "init succeeded although rank 3 died";
     std::string text = ncclGetLastError(nullptr);
@@ -206,6 +213,7 @@ TEST(CommFaults, RankKilledDuringInitFailsTheOthersInTime) {
     if (comm != nullptr) return "failed init left a handle";
     return "";
   }, 30, kFastEnv);
+  std::remove(marker.c_str());
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(out[static_cast<size_t>(r)].report, "") << "rank " << r;
     EXPECT_LT(out[static_cast<size_t>(r)].seconds, 15.0) << "rank " << r << " took too long";
