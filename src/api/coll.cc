@@ -2,6 +2,7 @@
 // collective engine is not built yet, so valid calls report that.
 #include "api/api.h"
 #include "braid.h"
+#include "core/enqueue.h"
 
 using namespace braid;
 
@@ -10,9 +11,12 @@ constexpr const char* kCollectives = "collectives and point-to-point operations"
 
 // Checks shared by every data-moving call. `count` elements are read from
 // `send` and written to `recv` (either may be unused: pass a non-null dummy).
+// With `out`, also returns the communicator.
 Status checkData(ncclComm_t comm, const void* send, const char* sendName, const void* recv,
-                 const char* recvName, size_t count, int type) {
-  BRAID_CHECK(api::checkCommHandle(comm));
+                 const char* recvName, size_t count, int type, Communicator** out = nullptr) {
+  Communicator* c = nullptr;
+  BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+  if (out != nullptr) *out = c;
   BRAID_CHECK(api::checkDatatype(type));
   if (count > 0) {
     BRAID_CHECK(api::checkNotNull(send, sendName));
@@ -35,55 +39,63 @@ Status checkPeer(int peer) {
 BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllReduce", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
-    return api::notBuiltYet("ncclAllReduce", kCollectives);
+    return enqueueCollective(c, {CollType::AllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0});
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclReduce", [&]() -> Status {
-    // recvbuff matters on the root only, which cannot be known without the communicator.
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     BRAID_CHECK(checkRoot(root));
-    return api::notBuiltYet("ncclReduce", kCollectives);
+    if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
+    return enqueueCollective(c, {CollType::Reduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root});
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclBroadcast", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root));
-    return api::notBuiltYet("ncclBroadcast", kCollectives);
+    if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
+    return enqueueCollective(c, {CollType::Broadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum, root});
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
           ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclBcast", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype)));
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root));
-    return api::notBuiltYet("ncclBcast", kCollectives);
+    return enqueueCollective(c, {CollType::Broadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root});
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclReduceScatter", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype)));
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
-    return api::notBuiltYet("ncclReduceScatter", kCollectives);
+    return enqueueCollective(
+        c, {CollType::ReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, 0});
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllGather", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype)));
-    return api::notBuiltYet("ncclAllGather", kCollectives);
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype), &c));
+    return enqueueCollective(c, {CollType::AllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0});
   }, comm);
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <unordered_set>
@@ -18,6 +19,8 @@ namespace {
 StringParam paramHostId("HOSTID", "",
                         "Overrides this process's host id (default: hostname and boot id); ranks with "
                         "different host ids are treated as different nodes");
+SizeParam paramBuffSize("BUFFSIZE", 4u << 20,
+                         "Bytes of each connector's FIFO (all its steps together); larger moves more per step");
 IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
                                "Seconds any bootstrap wait (root, ring, peer messages) may take before init "
                                "fails with an error naming the peer");
@@ -97,6 +100,23 @@ Status Communicator::initialize(const std::vector<bootstrap::UniqueIdData>& ids)
   BRAID_INFO(kLogInit, "comm %p rank %d nranks %d backend %s device %d commHash 0x%llx - Init COMPLETE",
              static_cast<void*>(this), rank_, nranks_, backendName(backend_), device_,
              static_cast<unsigned long long>(commHash_));
+  return okStatus();
+}
+
+Status Communicator::ensureRing() {
+  if (ring_) return okStatus();
+  for (const PeerInfo& p : peers_) {
+    if (p.hostHash != peers_[static_cast<size_t>(rank_)].hostHash) {
+      return invalidUsage("rank ", p.rank, " runs on another host (", p.hostId,
+                          "); collectives across hosts need the network transport, which this release does "
+                          "not have yet");
+    }
+  }
+  auto link = std::make_unique<ShmLink>();
+  size_t slot = static_cast<size_t>(paramBuffSize.get()) / kConnectorSteps;
+  slot = std::max<size_t>(64, slot / 64 * 64);
+  BRAID_CHECK(shmConnectRing(bootstrap_.get(), /*channel=*/0, slot, link.get()));
+  ring_ = std::move(link);
   return okStatus();
 }
 

@@ -26,6 +26,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/config.h"
 #include "core/library.h"
+#include "transports/shm/shm_transport.h"
 #include "nccl.h"
 #include "util/status.h"
 
@@ -90,6 +91,12 @@ class Communicator {
   void recordError(const std::string& text);
   std::string lastError() const;
 
+  // The ring of channel 0 (host backend); connected on the first collective,
+  // which every rank calls.
+  Status ensureRing();
+  ShmLink* ring() { return ring_.get(); }
+  uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
+
   // Runs the init steps: bootstrap, peer info exchange, consistency checks.
   Status initialize(const std::vector<bootstrap::UniqueIdData>& ids);
 
@@ -107,6 +114,8 @@ class Communicator {
   uint64_t commHash_ = 0;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
+  std::unique_ptr<ShmLink> ring_;
+  uint64_t collectiveSeq_ = 0;
 
   std::atomic<ncclResult_t> asyncError_{ncclInProgress};
   std::atomic<bool> finalized_{false};

@@ -1,9 +1,21 @@
 #include "core/group.h"
 
+#include <vector>
+
+#include "nccl.h"
+
 namespace braid {
 namespace {
 thread_local int tlsDepth = 0;
+thread_local std::vector<std::function<Status()>>* tlsOps = nullptr;
+
+std::vector<std::function<Status()>>& ops() {
+  if (tlsOps == nullptr) tlsOps = new std::vector<std::function<Status()>>();  // one per thread, reused
+  return *tlsOps;
+}
 }  // namespace
+
+void groupDefer(std::function<Status()> op) { ops().push_back(std::move(op)); }
 
 Status groupStart() {
   ++tlsDepth;
@@ -15,11 +27,22 @@ Status groupEnd(GroupSimulation* simulate) {
     return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart on this thread");
   }
   --tlsDepth;
-  // No operation can be collected yet (collectives need communicators, which
-  // come with the communicator layer), so the outermost End has nothing to
-  // launch and an estimate of zero time is exact.
-  if (simulate != nullptr) simulate->estimatedTimeUs = 0.0f;
-  return okStatus();
+  if (tlsDepth > 0) return okStatus();
+  std::vector<std::function<Status()>> pending;
+  pending.swap(ops());
+  if (simulate != nullptr) {
+    // No cost model yet: an estimate we cannot make is not reported as zero.
+    simulate->estimatedTimeUs = pending.empty() ? 0.0f : NCCL_UNDEF_FLOAT;
+    return okStatus();
+  }
+  // Operations run in call order; the first failure is reported, and the
+  // ones after it still run so that peers waiting on them are not stranded.
+  Status first;
+  for (auto& op : pending) {
+    Status s = op();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
 }
 
 int groupDepth() { return tlsDepth; }

@@ -6,6 +6,8 @@
 // ncclInvalidUsage. Called from the API thread only; the state is thread-local.
 #pragma once
 
+#include <functional>
+
 #include "util/status.h"
 
 namespace braid {
@@ -20,5 +22,7 @@ Status groupStart();
 Status groupEnd(GroupSimulation* simulate);
 // Nesting depth on this thread (0 outside any group).
 int groupDepth();
+// Inside a group: runs `op` at the outermost ncclGroupEnd, in call order.
+void groupDefer(std::function<Status()> op);
 
 }  // namespace braid

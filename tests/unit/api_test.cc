@@ -139,11 +139,18 @@ TEST(Api, BadInputTable) {
 TEST(Api, FeaturesNotBuiltSaySo) {
   float buf[4] = {};
   ASSERT_NE(liveComm(), nullptr);
-  EXPECT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, liveComm(), nullptr), ncclInvalidUsage);
+  EXPECT_EQ(ncclSend(buf, 4, ncclFloat, 0, liveComm(), nullptr), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
   // The communicator keeps its own last error too.
-  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclAllReduce"), std::string::npos);
+  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclSend"), std::string::npos);
   EXPECT_EQ(ncclAllToAll(buf, buf, 1, ncclFloat, liveComm(), nullptr), ncclInvalidUsage);
+}
+
+TEST(Api, SingleRankCollectivesCopy) {
+  float in[5] = {1, 2, 3, 4, 5}, out[5] = {};
+  ASSERT_EQ(ncclAllReduce(in, out, 5, ncclFloat, ncclSum, liveComm(), nullptr), ncclSuccess);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i], in[i]);
+  EXPECT_EQ(ncclBroadcast(in, out, 5, ncclFloat, 1, liveComm(), nullptr), ncclInvalidArgument);  // root 1 of 1
 }
 
 TEST(Api, NullHandlesToDestroyAndAbortAreNoOps) {

@@ -1,0 +1,113 @@
+// Ring algorithms, written once against the Primitives concept:
+//
+//   size_t maxElems()                        elements one step carries
+//   send(src, n) / recv(dst, n)
+//   recvReduceSend(src, n)                   send op(received, src)
+//   recvReduceCopySend(src, dst, n)          dst = op(received, src); send dst
+//   recvReduceCopy(src, dst, n)              dst = op(received, src)
+//   recvCopySend(dst, n)                     dst = received; send it
+//   copySend(src, dst, n)                    dst = src; send src
+//
+// Each rank sends to rank+1 and receives from rank-1. Data moves in rounds
+// of one step per chunk, so every rank computes the same partition from
+// (count, nranks, maxElems) and the ranks' calls match one to one. These
+// templates know nothing of transports, threads or devices: the host engine
+// runs them over HostPrims, the GPU executor will run them over device
+// primitives.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+namespace braid::coll {
+
+inline int ringMod(int a, int n) { return ((a % n) + n) % n; }
+
+// All-reduce: reduce-scatter then all-gather, around the ring.
+template <typename Prims, typename T>
+void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n) {
+  const size_t chunk = p.maxElems();
+  for (size_t base = 0; base < count; base += chunk * static_cast<size_t>(n)) {
+    const size_t per = std::min(chunk, (count - base + n - 1) / static_cast<size_t>(n));
+    auto offset = [&](int c) { return std::min(count, base + static_cast<size_t>(c) * per); };
+    auto length = [&](int c) { return std::min(count, offset(c) + per) - offset(c); };
+    // Reduce-scatter: after n-1 steps this rank holds chunk rank+1 reduced.
+    int c = rank;
+    p.send(in + offset(c), length(c));
+    for (int s = 1; s < n - 1; ++s) {
+      c = ringMod(rank - s, n);
+      p.recvReduceSend(in + offset(c), length(c));
+    }
+    c = ringMod(rank + 1, n);
+    p.recvReduceCopySend(in + offset(c), out + offset(c), length(c));
+    // All-gather: pass the reduced chunks on.
+    for (int s = 1; s < n - 1; ++s) {
+      c = ringMod(rank - s + 1, n);
+      p.recvCopySend(out + offset(c), length(c));
+    }
+    c = ringMod(rank + 2, n);
+    p.recv(out + offset(c), length(c));
+  }
+}
+
+// All-gather: out holds n blocks of `count`; block r comes from rank r.
+template <typename Prims, typename T>
+void ringAllGather(Prims& p, const T* in, T* out, size_t count, int rank, int n) {
+  const size_t chunk = p.maxElems();
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    auto block = [&](int r) { return out + static_cast<size_t>(r) * count + base; };
+    p.copySend(in + base, block(rank), len);
+    for (int s = 1; s < n - 1; ++s) p.recvCopySend(block(ringMod(rank - s, n)), len);
+    p.recv(block(ringMod(rank + 1, n)), len);
+  }
+}
+
+// Reduce-scatter: in holds n blocks of `count`; rank r gets block r reduced.
+template <typename Prims, typename T>
+void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, int rank, int n) {
+  const size_t chunk = p.maxElems();
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    auto block = [&](int r) { return in + static_cast<size_t>(r) * count + base; };
+    p.send(block(ringMod(rank - 1, n)), len);
+    for (int s = 1; s < n - 1; ++s) p.recvReduceSend(block(ringMod(rank - s - 1, n)), len);
+    p.recvReduceCopy(block(rank), out + base, len);
+  }
+}
+
+// Broadcast down the chain root, root+1, ..., root-1.
+template <typename Prims, typename T>
+void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root) {
+  const int pos = ringMod(rank - root, n);
+  const size_t chunk = p.maxElems();
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    if (pos == 0) {
+      p.copySend(in + base, out + base, len);
+    } else if (pos == n - 1) {
+      p.recv(out + base, len);
+    } else {
+      p.recvCopySend(out + base, len);
+    }
+  }
+}
+
+// Reduce up the chain root+1, root+2, ..., root.
+template <typename Prims, typename T>
+void ringReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root) {
+  const int pos = ringMod(rank - root, n);
+  const size_t chunk = p.maxElems();
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    if (pos == 1) {
+      p.send(in + base, len);
+    } else if (pos == 0) {
+      p.recvReduceCopy(in + base, out + base, len);
+    } else {
+      p.recvReduceSend(in + base, len);
+    }
+  }
+}
+
+}  // namespace braid::coll
