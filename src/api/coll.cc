@@ -3,11 +3,11 @@
 #include "api/api.h"
 #include "braid.h"
 #include "core/enqueue.h"
+#include "core/p2p.h"
 
 using namespace braid;
 
 namespace {
-constexpr const char* kCollectives = "collectives and point-to-point operations";
 
 // Checks shared by every data-moving call. `count` elements are read from
 // `send` and written to `recv` (either may be unused: pass a non-null dummy).
@@ -25,13 +25,18 @@ Status checkData(ncclComm_t comm, const void* send, const char* sendName, const 
   return okStatus();
 }
 
-Status checkRoot(int root) {
-  if (root < 0) return invalidArgument("argument 'root' is ", root, "; it must be a rank >= 0");
+Status checkRoot(int root, const Communicator* c = nullptr) {
+  if (root < 0 || (c != nullptr && root >= c->nranks())) {
+    return invalidArgument("argument 'root' is ", root, "; it must be a rank of the communicator");
+  }
   return okStatus();
 }
 
-Status checkPeer(int peer) {
-  if (peer < 0) return invalidArgument("argument 'peer' is ", peer, "; it must be a rank >= 0");
+Status checkPeer(int peer, const Communicator* c) {
+  if (peer < 0 || peer >= c->nranks()) {
+    return invalidArgument("argument 'peer' is ", peer, "; it must be a rank of the communicator (0..",
+                           c->nranks() - 1, ")");
+  }
   return okStatus();
 }
 }  // namespace
@@ -102,16 +107,18 @@ BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, siz
 BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAlltoAll", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
-    return api::notBuiltYet("ncclAlltoAll", kCollectives);
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype);
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllToAll", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
-    return api::notBuiltYet("ncclAllToAll", kCollectives);
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype);
   }, comm);
 }
 
@@ -119,48 +126,59 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
           const size_t sdispls[], void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllToAllv", [&]() -> Status {
-    BRAID_CHECK(api::checkCommHandle(comm));
+    Communicator* c = nullptr;
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
     BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));
     BRAID_CHECK(api::checkNotNull(sendcounts, "sendcounts"));
     BRAID_CHECK(api::checkNotNull(sdispls, "sdispls"));
     BRAID_CHECK(api::checkNotNull(recvcounts, "recvcounts"));
     BRAID_CHECK(api::checkNotNull(rdispls, "rdispls"));
-    return api::notBuiltYet("ncclAllToAllv", kCollectives);
+    for (int p = 0; p < c->nranks(); ++p) {
+      if (sendcounts[p] > 0) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));
+      if (recvcounts[p] > 0) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));
+    }
+    return enqueueAllToAllv(c, sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype);
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclGather", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
-    BRAID_CHECK(checkRoot(root));
-    return api::notBuiltYet("ncclGather", kCollectives);
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkRoot(root, c));
+    if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
+    return enqueueGather(c, sendbuff, recvbuff, count, datatype, root);
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclScatter", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
-    BRAID_CHECK(checkRoot(root));
-    return api::notBuiltYet("ncclScatter", kCollectives);
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkRoot(root, c));
+    if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
+    return enqueueScatter(c, sendbuff, recvbuff, count, datatype, root);
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
           int peer, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclSend", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype)));
-    BRAID_CHECK(checkPeer(peer));
-    return api::notBuiltYet("ncclSend", kCollectives);
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkPeer(peer, c));
+    return enqueueP2p(c, {{true, peer, sendbuff, nullptr, count * datatypeSize(datatype)}});
   }, comm);
 }
 
 BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
           ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclRecv", [&]() -> Status {
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype)));
-    BRAID_CHECK(checkPeer(peer));
-    return api::notBuiltYet("ncclRecv", kCollectives);
+    Communicator* c = nullptr;
+    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkPeer(peer, c));
+    return enqueueP2p(c, {{false, peer, nullptr, recvbuff, count * datatypeSize(datatype)}});
   }, comm);
 }

@@ -21,6 +21,9 @@ StringParam paramHostId("HOSTID", "",
                         "different host ids are treated as different nodes");
 SizeParam paramBuffSize("BUFFSIZE", 4u << 20,
                          "Bytes of each connector's FIFO (all its steps together); larger moves more per step");
+IntParam paramStallTimeout("STALL_TIMEOUT", 300,
+                           "Seconds a collective or send/receive may make no progress before the communicator "
+                           "fails with an error naming the operation, its sequence number, the channel and the peer");
 IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
                                "Seconds any bootstrap wait (root, ring, peer messages) may take before init "
                                "fails with an error naming the peer");
@@ -103,19 +106,52 @@ Status Communicator::initialize(const std::vector<bootstrap::UniqueIdData>& ids)
   return okStatus();
 }
 
+double Communicator::stallTimeoutSeconds() const { return static_cast<double>(paramStallTimeout.get()); }
+
+size_t Communicator::p2pSlotBytes() const {
+  size_t slot = static_cast<size_t>(paramBuffSize.get()) / kConnectorSteps;
+  return std::max<size_t>(64, slot / 64 * 64);
+}
+
+Status Communicator::ensureP2p(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {
+  std::vector<int> newSends, newRecvs;
+  for (int p : sendPeers) {
+    if (!p2pSend_[p]) newSends.push_back(p);
+  }
+  for (int p : recvPeers) {
+    if (!p2pRecv_[p]) newRecvs.push_back(p);
+  }
+  for (int p : newSends) BRAID_CHECK(checkSameHost(p));
+  for (int p : newRecvs) BRAID_CHECK(checkSameHost(p));
+  // The transport's three steps, each over every new connector (see shm_transport.h).
+  const size_t slot = p2pSlotBytes();
+  for (int p : newRecvs) {
+    p2pRecv_[p] = std::make_unique<ShmEnd>();
+    BRAID_CHECK(shmPostRecv(bootstrap_.get(), p, kShmP2pTag, slot, p2pRecv_[p].get()));
+  }
+  for (int p : newSends) {
+    p2pSend_[p] = std::make_unique<ShmEnd>();
+    BRAID_CHECK(shmOpenSend(bootstrap_.get(), p, kShmP2pTag, slot, p2pSend_[p].get()));
+  }
+  for (int p : newRecvs) BRAID_CHECK(shmFinishRecv(bootstrap_.get(), p, kShmP2pTag, p2pRecv_[p].get()));
+  return okStatus();
+}
+
+Status Communicator::checkSameHost(int peer) const {
+  const PeerInfo& p = peers_[static_cast<size_t>(peer)];
+  if (p.hostHash != peers_[static_cast<size_t>(rank_)].hostHash) {
+    return invalidUsage("rank ", peer, " runs on another host (", p.hostId,
+                        "); communication across hosts needs the network transport, which this release does "
+                        "not have yet");
+  }
+  return okStatus();
+}
+
 Status Communicator::ensureRing() {
   if (ring_) return okStatus();
-  for (const PeerInfo& p : peers_) {
-    if (p.hostHash != peers_[static_cast<size_t>(rank_)].hostHash) {
-      return invalidUsage("rank ", p.rank, " runs on another host (", p.hostId,
-                          "); collectives across hosts need the network transport, which this release does "
-                          "not have yet");
-    }
-  }
+  for (int r = 0; r < nranks_; ++r) BRAID_CHECK(checkSameHost(r));
   auto link = std::make_unique<ShmLink>();
-  size_t slot = static_cast<size_t>(paramBuffSize.get()) / kConnectorSteps;
-  slot = std::max<size_t>(64, slot / 64 * 64);
-  BRAID_CHECK(shmConnectRing(bootstrap_.get(), /*channel=*/0, slot, link.get()));
+  BRAID_CHECK(shmConnectRing(bootstrap_.get(), /*channel=*/0, p2pSlotBytes(), link.get()));
   ring_ = std::move(link);
   return okStatus();
 }

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -96,6 +97,13 @@ class Communicator {
   Status ensureRing();
   ShmLink* ring() { return ring_.get(); }
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
+  // Point-to-point connectors, set up with the peers' matching calls.
+  Status ensureP2p(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+  ShmEnd* p2pSend(int peer) { return p2pSend_[peer].get(); }
+  ShmEnd* p2pRecv(int peer) { return p2pRecv_[peer].get(); }
+  size_t p2pSlotBytes() const;
+  // BRAID_STALL_TIMEOUT: how long an operation may make no progress.
+  double stallTimeoutSeconds() const;
 
   // Runs the init steps: bootstrap, peer info exchange, consistency checks.
   Status initialize(const std::vector<bootstrap::UniqueIdData>& ids);
@@ -107,6 +115,7 @@ class Communicator {
 
  private:
   Status exchangePeerInfo();
+  Status checkSameHost(int peer) const;
 
   int rank_, nranks_, device_;
   Backend backend_ = Backend::Host;
@@ -115,6 +124,7 @@ class Communicator {
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   std::unique_ptr<ShmLink> ring_;
+  std::map<int, std::unique_ptr<ShmEnd>> p2pSend_, p2pRecv_;
   uint64_t collectiveSeq_ = 0;
 
   std::atomic<ncclResult_t> asyncError_{ncclInProgress};

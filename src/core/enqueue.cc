@@ -3,20 +3,16 @@
 #include <cstring>
 #include <type_traits>
 
+#include "collectives/direct.h"
 #include "collectives/ring.h"
 #include "core/group.h"
 #include "exec/datatypes.h"
 #include "exec/host/host_prims.h"
 #include "exec/reduce_ops.h"
 #include "util/log.h"
-#include "util/param.h"
 
 namespace braid {
 namespace {
-
-IntParam paramStallTimeout("STALL_TIMEOUT", 300,
-                           "Seconds a collective may make no progress before the communicator fails with "
-                           "an error naming the collective, its sequence number, the channel and the peer");
 
 // Divides every element by n (ncclAvg after a sum). Integers truncate, as
 // NCCL's integer average does.
@@ -31,21 +27,54 @@ void divideBy(T* data, size_t count, int n) {
   }
 }
 
+// All-reduces of at most this many bytes go one-shot over direct connectors
+// (one exchange) instead of around the ring (2(n-1) steps).
+constexpr size_t kOneShotMaxBytes = 2048;
+constexpr int kOneShotMaxRanks = 8;
+
+bool useOneShot(const Communicator* comm, const CollArgs& a, size_t elemSize) {
+  return a.type == CollType::AllReduce && a.count * elemSize <= kOneShotMaxBytes &&
+         comm->nranks() <= kOneShotMaxRanks;
+}
+
+template <typename T, typename Op>
+Status runOneShot(Communicator* comm, const CollArgs& a, uint64_t seq) {
+  const int n = comm->nranks(), rank = comm->rank();
+  PrimsContext ctx;
+  ctx.abort = &comm->abortFlag();
+  ctx.timeoutSec = comm->stallTimeoutSeconds();
+  ctx.collective = a.name;
+  ctx.seq = seq;
+  std::vector<HostPrims<T, Op>> prims;
+  prims.reserve(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    ctx.sendPeer = ctx.recvPeer = p;
+    Connector* send = p == rank ? nullptr : &comm->p2pSend(p)->conn;
+    Connector* recv = p == rank ? nullptr : &comm->p2pRecv(p)->conn;
+    prims.emplace_back(send, recv, ctx);
+  }
+  coll::oneShotAllReduce([&](int p) -> HostPrims<T, Op>& { return prims[static_cast<size_t>(p)]; },
+                         static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, rank, n, Op());
+  for (const auto& p : prims) BRAID_CHECK(p.status());
+  return okStatus();
+}
+
 template <typename T, typename Op>
 Status runTyped(Communicator* comm, const CollArgs& a, uint64_t seq) {
+  if (useOneShot(comm, a, sizeof(T))) return runOneShot<T, Op>(comm, a, seq);
   const int n = comm->nranks(), rank = comm->rank();
   const T* in = static_cast<const T*>(a.send);
   T* out = static_cast<T*>(a.recv);
   ShmLink* link = comm->ring();
-  std::string what = strCat(a.name, " #", seq);
   PrimsContext ctx;
   ctx.abort = &comm->abortFlag();
-  ctx.timeoutSec = static_cast<double>(paramStallTimeout.get());
+  ctx.timeoutSec = comm->stallTimeoutSeconds();
   ctx.sendPeer = (rank + 1) % n;
   ctx.recvPeer = (rank - 1 + n) % n;
   ctx.channel = 0;
-  ctx.collective = what.c_str();
-  HostPrims<T, Op> prims(&link->send, &link->recv, ctx);
+  ctx.collective = a.name;
+  ctx.seq = seq;
+  HostPrims<T, Op> prims(&link->send.conn, &link->recv.conn, ctx);
   switch (a.type) {
     case CollType::AllReduce: coll::ringAllReduce(prims, in, out, a.count, rank, n); break;
     case CollType::AllGather: coll::ringAllGather(prims, in, out, a.count, rank, n); break;
@@ -107,10 +136,21 @@ Status runNow(Communicator* comm, const CollArgs& a) {
   }
   uint64_t seq = comm->nextCollectiveSeq();
   LogRankScope scope(comm->rank());
-  BRAID_INFO(kLogColl, "%s #%llu count %zu datatype %d op %d root %d: ring, Simple, 1 channel", a.name,
+  const bool oneShot = useOneShot(comm, a, datatypeSize(a.datatype));
+  BRAID_INFO(kLogColl, "%s #%llu count %zu datatype %d op %d root %d: %s, Simple, 1 channel", a.name,
              static_cast<unsigned long long>(seq), a.count, static_cast<int>(a.datatype), static_cast<int>(a.op),
-             a.root);
-  if (comm->nranks() > 1) BRAID_CHECK(comm->ensureRing());
+             a.root, oneShot ? "one-shot" : "ring");
+  if (comm->nranks() > 1) {
+    if (oneShot) {
+      std::vector<int> all;
+      for (int p = 0; p < comm->nranks(); ++p) {
+        if (p != comm->rank()) all.push_back(p);
+      }
+      BRAID_CHECK(comm->ensureP2p(all, all));
+    } else {
+      BRAID_CHECK(comm->ensureRing());
+    }
+  }
   Status s = dispatch(comm, a, seq);
   if (!s.ok()) comm->setAsyncError(s);  // the communicator is unusable now: say so to every caller
   return s;
@@ -124,7 +164,7 @@ Status enqueueCollective(Communicator* comm, const CollArgs& args) {
   }
   if (groupDepth() > 0) {
     CollArgs copy = args;
-    groupDefer([comm, copy] { return runNow(comm, copy); });
+    groupDefer(comm, [comm, copy] { return runNow(comm, copy); });
     return okStatus();
   }
   return runNow(comm, args);

@@ -13,6 +13,16 @@
 
 namespace braid {
 
+// Bytes of one element of `type` (a valid ncclDataType_t).
+inline size_t datatypeSize(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+  }
+}
+
 enum class CollType { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce };
 
 struct CollArgs {

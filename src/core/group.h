@@ -2,8 +2,11 @@
 //
 // Between ncclGroupStart and the matching ncclGroupEnd, operations are
 // collected on the calling thread instead of launched; the outermost
-// ncclGroupEnd launches them together. Groups nest; an End without a Start is
-// ncclInvalidUsage. Called from the API thread only; the state is thread-local.
+// ncclGroupEnd launches them together: each communicator's operations in
+// call order (consecutive sends and receives as one batch), and the
+// operations of different communicators concurrently, one thread each, so
+// that one thread can drive several communicators of one job. Groups nest;
+// an End without a Start is ncclInvalidUsage. The state is thread-local.
 #pragma once
 
 #include <functional>
@@ -11,6 +14,9 @@
 #include "util/status.h"
 
 namespace braid {
+
+class Communicator;
+struct P2pOp;
 
 struct GroupSimulation {
   float estimatedTimeUs = 0.0f;  // estimated time of the group's operations
@@ -22,7 +28,8 @@ Status groupStart();
 Status groupEnd(GroupSimulation* simulate);
 // Nesting depth on this thread (0 outside any group).
 int groupDepth();
-// Inside a group: runs `op` at the outermost ncclGroupEnd, in call order.
-void groupDefer(std::function<Status()> op);
+// Inside a group: run `op` on `comm` at the outermost ncclGroupEnd.
+void groupDefer(Communicator* comm, std::function<Status()> op);
+void groupDeferP2p(Communicator* comm, const P2pOp& op);
 
 }  // namespace braid

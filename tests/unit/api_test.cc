@@ -137,13 +137,13 @@ TEST(Api, BadInputTable) {
 }
 
 TEST(Api, FeaturesNotBuiltSaySo) {
-  float buf[4] = {};
   ASSERT_NE(liveComm(), nullptr);
-  EXPECT_EQ(ncclSend(buf, 4, ncclFloat, 0, liveComm(), nullptr), ncclInvalidUsage);
+  ncclRedOp_t op;
+  float scalar = 2;
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, liveComm()), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
   // The communicator keeps its own last error too.
-  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclSend"), std::string::npos);
-  EXPECT_EQ(ncclAllToAll(buf, buf, 1, ncclFloat, liveComm(), nullptr), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclRedOpCreatePreMulSum"), std::string::npos);
 }
 
 TEST(Api, SingleRankCollectivesCopy) {
@@ -151,6 +151,13 @@ TEST(Api, SingleRankCollectivesCopy) {
   ASSERT_EQ(ncclAllReduce(in, out, 5, ncclFloat, ncclSum, liveComm(), nullptr), ncclSuccess);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i], in[i]);
   EXPECT_EQ(ncclBroadcast(in, out, 5, ncclFloat, 1, liveComm(), nullptr), ncclInvalidArgument);  // root 1 of 1
+  // A send to oneself pairs with a receive from oneself in the same group.
+  float back[5] = {};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclSend(in, 5, ncclFloat, 0, liveComm(), nullptr), ncclSuccess);
+  ASSERT_EQ(ncclRecv(back, 5, ncclFloat, 0, liveComm(), nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(back[i], in[i]);
 }
 
 TEST(Api, NullHandlesToDestroyAndAbortAreNoOps) {

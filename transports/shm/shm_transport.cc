@@ -7,35 +7,45 @@
 
 namespace braid {
 namespace {
-constexpr uint32_t kTagName = 0x53480000u;  // + 2 * channel
-constexpr uint32_t kTagMapped = 0x53480001u;
 constexpr size_t kNameBytes = 64;
+// Sub-tags of one connector's setup messages.
+constexpr uint32_t kName = 0, kMapped = 1;
 }  // namespace
+
+Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out) {
+  BRAID_CHECK(ShmSegment::create(ConnectorMemory::sizeFor(slotBytes), &out->segment));
+  new (out->segment.data()) ConnectorCounters();
+  out->conn = Connector::over(out->segment.data(), slotBytes);
+  char name[kNameBytes] = {};
+  std::strncpy(name, out->segment.name().c_str(), sizeof(name) - 1);
+  return bs->send(peer, tag + kName, name, sizeof(name));
+}
+
+Status shmOpenSend(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out) {
+  char name[kNameBytes] = {};
+  BRAID_CHECK(bs->recv(peer, tag + kName, name, sizeof(name)));
+  name[kNameBytes - 1] = '\0';
+  BRAID_CHECK(ShmSegment::open(name, ConnectorMemory::sizeFor(slotBytes), &out->segment)
+                  .withContext(strCat("rank ", peer, "'s segment")));
+  out->conn = Connector::over(out->segment.data(), slotBytes);
+  uint8_t ok = 1;
+  return bs->send(peer, tag + kMapped, &ok, 1);
+}
+
+Status shmFinishRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, ShmEnd* io) {
+  uint8_t ok = 0;
+  BRAID_CHECK(bs->recv(peer, tag + kMapped, &ok, 1));
+  io->segment.unlink();  // both ends mapped: nothing is left to leak
+  return okStatus();
+}
 
 Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, ShmLink* out) {
   int n = bs->nranks(), rank = bs->rank();
   int prev = (rank - 1 + n) % n, next = (rank + 1) % n;
-  size_t bytes = ConnectorMemory::sizeFor(slotBytes);
-  uint32_t tagName = kTagName + 2u * static_cast<uint32_t>(channel);
-  uint32_t tagMapped = kTagMapped + 2u * static_cast<uint32_t>(channel);
-
-  BRAID_CHECK(ShmSegment::create(bytes, &out->recvSegment));
-  new (out->recvSegment.data()) ConnectorCounters();
-  char name[kNameBytes] = {};
-  std::strncpy(name, out->recvSegment.name().c_str(), sizeof(name) - 1);
-  BRAID_CHECK(bs->send(prev, tagName, name, sizeof(name)));
-
-  char peerName[kNameBytes] = {};
-  BRAID_CHECK(bs->recv(next, tagName, peerName, sizeof(peerName)));
-  peerName[kNameBytes - 1] = '\0';
-  BRAID_CHECK(ShmSegment::open(peerName, bytes, &out->sendSegment).withContext(strCat("rank ", next, "'s segment")));
-  uint8_t ok = 1;
-  BRAID_CHECK(bs->send(next, tagMapped, &ok, 1));
-  BRAID_CHECK(bs->recv(prev, tagMapped, &ok, 1));
-  out->recvSegment.unlink();  // both ends mapped: nothing is left to leak
-
-  out->recv = Connector::over(out->recvSegment.data(), slotBytes);
-  out->send = Connector::over(out->sendSegment.data(), slotBytes);
+  uint32_t tag = shmRingTag(channel);
+  BRAID_CHECK(shmPostRecv(bs, prev, tag, slotBytes, &out->recv));
+  BRAID_CHECK(shmOpenSend(bs, next, tag, slotBytes, &out->send));
+  BRAID_CHECK(shmFinishRecv(bs, prev, tag, &out->recv));
   BRAID_INFO(kLogShm, "channel %d: ring %d -> %d -> %d over shared memory (%zu-byte slots)", channel, prev, rank,
              next, slotBytes);
   return okStatus();

@@ -1,11 +1,18 @@
 // The shared-memory transport: connectors between ranks of one host.
 //
-// Each rank creates the segment it receives into, tells the sending peer its
-// name over the bootstrap, maps the peer's segment for sending, and unlinks
-// its own name once the peer confirms it mapped it. Called by all ranks of a
-// communicator together (it exchanges bootstrap messages), from one thread
-// per rank.
+// The receiving end creates the segment the sender writes into, tells the
+// sender its name over the bootstrap, and unlinks the name once the sender
+// confirms it mapped it, so nothing is left in /dev/shm after setup. Setting
+// up a connector takes the three steps below on the two ranks, in this order
+// across all the connectors being set up together; step 1 never waits, so
+// any set of connectors can be set up at once without deadlock:
+//   1. receiver: shmPostRecv     (create, send the name)
+//   2. sender:   shmOpenSend     (receive the name, map, confirm)
+//   3. receiver: shmFinishRecv   (wait for the confirmation, unlink)
+// Called by one thread per rank.
 #pragma once
+
+#include <cstdint>
 
 #include "bootstrap/bootstrap.h"
 #include "transports/shm/shm_segment.h"
@@ -13,14 +20,27 @@
 
 namespace braid {
 
+struct ShmEnd {
+  ShmSegment segment;
+  Connector conn;
+};
+
+// `tag` tells apart connectors between the same two ranks (ring channels,
+// point-to-point); both ends pass the same one.
+Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out);
+Status shmOpenSend(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out);
+Status shmFinishRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, ShmEnd* io);
+
+// Tags of the connectors Braid makes.
+inline uint32_t shmRingTag(int channel) { return 0x53480000u + 4u * static_cast<uint32_t>(channel); }
+constexpr uint32_t kShmP2pTag = 0x53500000u;
+
 struct ShmLink {
-  ShmSegment recvSegment;  // ours: the previous rank writes here
-  ShmSegment sendSegment;  // the next rank's: we write there
-  Connector recv;
-  Connector send;
+  ShmEnd recv;  // the previous rank writes here
+  ShmEnd send;  // we write into the next rank's
 };
 
 // Connects channel `channel` of the ring rank -> rank+1 (mod nranks).
-Status shmConnectRing(bootstrap::Bootstrap* bootstrap, int channel, size_t slotBytes, ShmLink* out);
+Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, ShmLink* out);
 
 }  // namespace braid

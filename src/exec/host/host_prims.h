@@ -10,16 +10,13 @@
 // and status() reports it. Used by one thread.
 #pragma once
 
-#include <sched.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
 
-#include "platform/socket.h"  // Clock
+#include "exec/host/backoff.h"
 #include "transports/transport.h"
 #include "util/status.h"
 #include "util/strings.h"
@@ -32,13 +29,15 @@ struct PrimsContext {
   int sendPeer = -1;  // for messages
   int recvPeer = -1;
   int channel = 0;
-  const char* collective = "";
+  const char* collective = "";  // the API name; messages add " #seq"
+  uint64_t seq = 0;
 };
 
 template <typename T, typename Op>
 class HostPrims {
  public:
-  HostPrims(Connector* send, Connector* recv, const PrimsContext& ctx) : send_(send), recv_(recv), ctx_(ctx) {}
+  HostPrims(Connector* send, Connector* recv, const PrimsContext& ctx)
+      : send_(send), recv_(recv), ctx_(ctx), backoff_(ctx.abort, ctx.timeoutSec) {}
 
   size_t maxElems() const { return send_->slotBytes / sizeof(T); }
   const Status& status() const { return status_; }
@@ -47,13 +46,13 @@ class HostPrims {
   void send(const T* src, size_t n) {
     T* out = acquireSend(n);
     if (out == nullptr) return;
-    std::memcpy(out, src, n * sizeof(T));
+    copy(out, src, n);
     postSend(n);
   }
   void recv(T* dst, size_t n) {
     const T* in = acquireRecv(n);
     if (in == nullptr) return;
-    std::memcpy(dst, in, n * sizeof(T));
+    copy(dst, in, n);
     releaseRecv();
   }
   // Sends op(received, src) on.
@@ -71,7 +70,7 @@ class HostPrims {
     T* out = in ? acquireSend(n) : nullptr;
     if (out == nullptr) return;
     reduce(dst, in, src, n);
-    std::memcpy(out, dst, n * sizeof(T));
+    copy(out, dst, n);
     postSend(n);
     releaseRecv();
   }
@@ -87,51 +86,39 @@ class HostPrims {
     const T* in = acquireRecv(n);
     T* out = in ? acquireSend(n) : nullptr;
     if (out == nullptr) return;
-    std::memcpy(dst, in, n * sizeof(T));
-    std::memcpy(out, in, n * sizeof(T));
+    copy(dst, in, n);
+    copy(out, in, n);
     postSend(n);
     releaseRecv();
   }
   // dst = src (unless they are the same buffer), and sends src.
   void copySend(const T* src, T* dst, size_t n) {
-    if (src != dst) std::memcpy(dst, src, n * sizeof(T));
+    if (src != dst) copy(dst, src, n);
     send(src, n);
   }
 
  private:
+  // memcpy of n elements; a zero-length step may come with null buffers.
+  static void copy(T* dst, const T* src, size_t n) {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
+  }
   static void reduce(T* out, const T* a, const T* b, size_t n) {
     Op op;
     for (size_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
   }
 
-  // Bounded wait: spin, then yield, then sleep; watches abort and deadline.
   template <typename Ready>
   bool waitUntil(Ready ready, const char* what, int peer, uint64_t step) {
-    Clock::time_point deadline{};
-    for (uint64_t spins = 0;; ++spins) {
-      if (ready()) return true;
-      if (spins < 256) continue;
-      if ((spins & 63) == 0) {
-        if (ctx_.abort != nullptr && ctx_.abort->load(std::memory_order_relaxed)) {
-          status_ = invalidUsage(ctx_.collective, " was aborted (ncclCommAbort)");
-          return false;
-        }
-        Clock::time_point now = Clock::now();
-        if (deadline == Clock::time_point{}) {
-          deadline = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ctx_.timeoutSec));
-        } else if (now > deadline) {
-          status_ = remoteError(ctx_.collective, ": no progress for ", ctx_.timeoutSec, " s on channel ", ctx_.channel,
-                                " waiting for rank ", peer, " ", what, " (step ", step,
-                                "); that rank may have died or be stuck");
-          return false;
-        }
-      }
-      if (spins < 2048) {
-        sched_yield();
-      } else {
-        usleep(spins < 8192 ? 20 : 200);
-      }
+    Backoff::Result r = backoff_.wait(ready);
+    if (r == Backoff::Result::Ready) return true;
+    if (r == Backoff::Result::Aborted) {
+      status_ = invalidUsage(what_(), " was aborted (ncclCommAbort)");
+    } else {
+      status_ = remoteError(what_(), ": no progress for ", ctx_.timeoutSec, " s on channel ", ctx_.channel,
+                            " waiting for rank ", peer, " ", what, " (step ", step,
+                            "); that rank may have died or be stuck");
     }
+    return false;
   }
 
   T* acquireSend(size_t n) {
@@ -165,7 +152,7 @@ class HostPrims {
     }
     const SlotHeader* h = c->header(step);
     if (h->step != step || h->bytes != n * sizeof(T)) {
-      status_ = invalidUsage(ctx_.collective, ": rank ", ctx_.recvPeer, " sent ", h->bytes, " bytes at step ", h->step,
+      status_ = invalidUsage(what_(), ": rank ", ctx_.recvPeer, " sent ", h->bytes, " bytes at step ", h->step,
                              " where this rank expected ", n * sizeof(T), " bytes at step ", step,
                              " (the ranks called different collectives, counts or types)");
       return nullptr;
@@ -177,9 +164,13 @@ class HostPrims {
     c->counters->head.store(++c->step, std::memory_order_release);
   }
 
+  // "ncclAllReduce #12", built only for error messages.
+  std::string what_() const { return strCat(ctx_.collective, " #", ctx_.seq); }
+
   Connector* send_;
   Connector* recv_;
   PrimsContext ctx_;
+  Backoff backoff_;
   Status status_;
 };
 

@@ -1,0 +1,112 @@
+// Host all-reduce: Braid against Open MPI's MPI_Allreduce, same machine,
+// same sizes, same run, alternating. Prints time, bus bandwidth (nccl-tests'
+// definition: algbw * 2(n-1)/n) and their ratio per size, and single-thread
+// memcpy bandwidth measured at the start as the reference ceiling.
+//
+//   mpirun -np 4 --allow-run-as-root --oversubscribe bench/allreduce_vs_mpi [-b 8] [-e 256M] [-f 4]
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nccl.h"
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+size_t parseSize(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  switch (*end) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(v);
+}
+
+double memcpyBandwidth() {
+  const size_t bytes = 256u << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::memcpy(b.data(), a.data(), bytes);
+  double t0 = now();
+  for (int i = 0; i < 4; ++i) std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), bytes);
+  return 4.0 * bytes / (now() - t0) / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  size_t minBytes = 8, maxBytes = 256u << 20;
+  int factor = 4;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "-b")) minBytes = parseSize(argv[i + 1]);
+    if (!std::strcmp(argv[i], "-e")) maxBytes = parseSize(argv[i + 1]);
+    if (!std::strcmp(argv[i], "-f")) factor = std::max(2, std::atoi(argv[i + 1]));
+  }
+  double mcpy = rank == 0 ? memcpyBandwidth() : 0;
+
+  ncclUniqueId id;
+  if (rank == 0) ncclGetUniqueId(&id);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
+    std::fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(nullptr));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (rank == 0) {
+    std::printf("# all-reduce, float sum, %d ranks; single-thread memcpy %.2f GB/s\n", n, mcpy);
+    std::printf("# %12s %12s %12s %12s %12s %8s\n", "bytes", "braid(us)", "mpi(us)", "braid GB/s", "mpi GB/s",
+                "ratio");
+  }
+  std::vector<float> in(maxBytes / sizeof(float) + 1, 1.0f), out(in.size());
+  for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= static_cast<size_t>(factor)) {
+    size_t count = std::max<size_t>(1, bytes / sizeof(float));
+    int iters = bytes <= (1u << 16) ? 200 : bytes <= (16u << 20) ? 20 : 5;
+    double tBraid = 1e30, tMpi = 1e30;
+    for (int round = 0; round < 3; ++round) {  // alternate, keep the best round of each
+      MPI_Barrier(MPI_COMM_WORLD);
+      ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr);
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = now();
+      for (int i = 0; i < iters; ++i) ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr);
+      double t = (now() - t0) / iters;
+      MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      tBraid = std::min(tBraid, t);
+
+      MPI_Barrier(MPI_COMM_WORLD);
+      MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = now();
+      for (int i = 0; i < iters; ++i) {
+        MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      }
+      t = (now() - t0) / iters;
+      MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      tMpi = std::min(tMpi, t);
+    }
+    double factorBus = 2.0 * (n - 1) / n;
+    double b = count * sizeof(float);
+    if (rank == 0) {
+      std::printf("  %12zu %12.2f %12.2f %12.3f %12.3f %8.2f\n", static_cast<size_t>(b), tBraid * 1e6, tMpi * 1e6,
+                  b / tBraid / 1e9 * factorBus, b / tMpi / 1e9 * factorBus, tMpi / tBraid);
+      std::fflush(stdout);
+    }
+  }
+  ncclCommDestroy(comm);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,186 @@
+#include "core/p2p.h"
+
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "core/enqueue.h"
+#include "core/group.h"
+#include "exec/host/backoff.h"
+#include "util/log.h"
+
+namespace braid {
+namespace {
+
+struct Progress {
+  const P2pOp* op;
+  size_t done = 0;
+  bool stepped = false;  // a zero-byte message still takes one step
+  bool complete() const { return stepped && done == op->bytes; }
+};
+
+// Moves as much of `p` through `c` as the FIFO allows; true if anything moved.
+bool progressSend(Progress& p, Connector& c, size_t slot) {
+  bool moved = false;
+  while (!p.complete() && c.counters->head.load(std::memory_order_acquire) + kConnectorSteps > c.step) {
+    size_t chunk = std::min(slot, p.op->bytes - p.done);
+    if (chunk > 0) std::memcpy(c.payload(c.step), static_cast<const char*>(p.op->sendBuf) + p.done, chunk);
+    SlotHeader* h = c.header(c.step);
+    h->bytes = chunk;
+    h->step = c.step;
+    c.counters->tail.store(++c.step, std::memory_order_release);
+    p.done += chunk;
+    p.stepped = moved = true;
+  }
+  return moved;
+}
+
+Status progressRecv(Progress& p, Connector& c, size_t slot, bool* moved) {
+  while (!p.complete() && c.counters->tail.load(std::memory_order_acquire) > c.step) {
+    size_t chunk = std::min(slot, p.op->bytes - p.done);
+    const SlotHeader* h = c.header(c.step);
+    if (h->step != c.step || h->bytes != chunk) {
+      return invalidUsage("ncclRecv from rank ", p.op->peer, ": the sender's message does not match (", h->bytes,
+                          " bytes at step ", h->step, " where ", chunk, " bytes at step ", c.step,
+                          " were expected); ncclSend and ncclRecv counts and types must match");
+    }
+    if (chunk > 0) std::memcpy(static_cast<char*>(p.op->recvBuf) + p.done, c.payload(c.step), chunk);
+    c.counters->head.store(++c.step, std::memory_order_release);
+    p.done += chunk;
+    p.stepped = *moved = true;
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
+  const int me = comm->rank();
+  // Sends to and receives from oneself pair up in call order.
+  std::deque<const P2pOp*> selfSends, selfRecvs;
+  std::vector<int> sendPeers, recvPeers;
+  std::map<int, std::deque<Progress>> sends, recvs;
+  for (const P2pOp& op : ops) {
+    if (op.peer == me) {
+      (op.isSend ? selfSends : selfRecvs).push_back(&op);
+      continue;
+    }
+    auto& queue = op.isSend ? sends[op.peer] : recvs[op.peer];
+    if (queue.empty()) (op.isSend ? sendPeers : recvPeers).push_back(op.peer);
+    queue.push_back(Progress{&op});
+  }
+  if (selfSends.size() != selfRecvs.size()) {
+    return invalidUsage("a group has ", selfSends.size(), " sends to this rank itself but ", selfRecvs.size(),
+                        " receives from it; they must pair up");
+  }
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    if (selfSends[i]->bytes != selfRecvs[i]->bytes) {
+      return invalidUsage("a send to this rank itself of ", selfSends[i]->bytes, " bytes meets a receive of ",
+                          selfRecvs[i]->bytes, " bytes");
+    }
+    if (selfSends[i]->bytes > 0 && selfRecvs[i]->recvBuf != selfSends[i]->sendBuf) {
+      std::memmove(selfRecvs[i]->recvBuf, selfSends[i]->sendBuf, selfSends[i]->bytes);
+    }
+  }
+  if (sends.empty() && recvs.empty()) return okStatus();
+  BRAID_CHECK(comm->ensureP2p(sendPeers, recvPeers));
+
+  const size_t slot = comm->p2pSlotBytes();
+  Backoff backoff(&comm->abortFlag(), comm->stallTimeoutSeconds());
+  while (!sends.empty() || !recvs.empty()) {
+    bool moved = false;
+    for (auto it = sends.begin(); it != sends.end();) {
+      Connector& c = comm->p2pSend(it->first)->conn;
+      while (!it->second.empty()) {
+        moved |= progressSend(it->second.front(), c, slot);
+        if (!it->second.front().complete()) break;
+        it->second.pop_front();
+      }
+      it = it->second.empty() ? sends.erase(it) : std::next(it);
+    }
+    for (auto it = recvs.begin(); it != recvs.end();) {
+      Connector& c = comm->p2pRecv(it->first)->conn;
+      while (!it->second.empty()) {
+        BRAID_CHECK(progressRecv(it->second.front(), c, slot, &moved));
+        if (!it->second.front().complete()) break;
+        it->second.pop_front();
+      }
+      it = it->second.empty() ? recvs.erase(it) : std::next(it);
+    }
+    if (moved) {
+      backoff.reset();
+      continue;
+    }
+    Backoff::Result r = backoff.pause();
+    if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort)");
+    if (r == Backoff::Result::TimedOut) {
+      std::string waiting;
+      for (auto& [peer, q] : sends) waiting += strCat(" send to rank ", peer, " (", q.front().done, "/", q.front().op->bytes, " bytes)");
+      for (auto& [peer, q] : recvs) waiting += strCat(" receive from rank ", peer, " (", q.front().done, "/", q.front().op->bytes, " bytes)");
+      return remoteError("point-to-point #", comm->nextCollectiveSeq(), ": no progress for ",
+                         comm->stallTimeoutSeconds(), " s on:", waiting, "; those ranks may have died or be stuck");
+    }
+  }
+  return okStatus();
+}
+
+Status enqueueP2p(Communicator* comm, const std::vector<P2pOp>& ops) {
+  if (comm->backend() != Backend::Host) {
+    return invalidUsage("point-to-point operations on the GPU backend are not available in this release; set "
+                        "BRAID_BACKEND=host to run them on the CPU");
+  }
+  if (groupDepth() > 0) {
+    for (const P2pOp& op : ops) groupDeferP2p(comm, op);
+    return okStatus();
+  }
+  Status s = runP2pBatch(comm, ops);
+  if (!s.ok()) comm->setAsyncError(s);
+  return s;
+}
+
+Status enqueueAllToAllv(Communicator* comm, const void* send, const size_t* sendCounts, const size_t* sendDispls,
+                        void* recv, const size_t* recvCounts, const size_t* recvDispls, ncclDataType_t type) {
+  const size_t es = datatypeSize(type);
+  std::vector<P2pOp> ops;
+  for (int p = 0; p < comm->nranks(); ++p) {
+    ops.push_back({true, p, static_cast<const char*>(send) + sendDispls[p] * es, nullptr, sendCounts[p] * es});
+    ops.push_back({false, p, nullptr, static_cast<char*>(recv) + recvDispls[p] * es, recvCounts[p] * es});
+  }
+  return enqueueP2p(comm, ops);
+}
+
+Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type) {
+  if (send == recv && count > 0) {
+    return invalidUsage("all-to-all cannot run in place (sendbuff == recvbuff): use separate buffers");
+  }
+  const size_t n = static_cast<size_t>(comm->nranks());
+  std::vector<size_t> counts(n, count), displs(n);
+  for (size_t p = 0; p < n; ++p) displs[p] = p * count;
+  return enqueueAllToAllv(comm, send, counts.data(), displs.data(), recv, counts.data(), displs.data(), type);
+}
+
+Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root) {
+  const size_t bytes = count * datatypeSize(type);
+  std::vector<P2pOp> ops;
+  if (comm->rank() == root) {
+    for (int p = 0; p < comm->nranks(); ++p) {
+      ops.push_back({false, p, nullptr, static_cast<char*>(recv) + static_cast<size_t>(p) * bytes, bytes});
+    }
+  }
+  ops.push_back({true, root, send, nullptr, bytes});
+  return enqueueP2p(comm, ops);
+}
+
+Status enqueueScatter(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root) {
+  const size_t bytes = count * datatypeSize(type);
+  std::vector<P2pOp> ops;
+  if (comm->rank() == root) {
+    for (int p = 0; p < comm->nranks(); ++p) {
+      ops.push_back({true, p, static_cast<const char*>(send) + static_cast<size_t>(p) * bytes, nullptr, bytes});
+    }
+  }
+  ops.push_back({false, root, nullptr, recv, bytes});
+  return enqueueP2p(comm, ops);
+}
+
+}  // namespace braid

@@ -1,0 +1,78 @@
+// The bounded wait every host-side spin uses: spin briefly, then yield, then
+// nap, while watching the abort flag and a deadline. Many ranks on few cores
+// must still progress, so a waiter gives its core away quickly.
+#pragma once
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "platform/socket.h"  // Clock
+
+namespace braid {
+
+class Backoff {
+ public:
+  enum class Result { Ready, Aborted, TimedOut };
+
+  Backoff(const std::atomic<bool>* abort, double timeoutSec) : abort_(abort), timeoutSec_(timeoutSec) {}
+
+  // Waits until ready() is true, the abort flag rises or the deadline passes.
+  template <typename Ready>
+  Result wait(Ready ready) {
+    if (ready()) return Result::Ready;
+    reset();
+    while (true) {
+      if (ready()) return Result::Ready;
+      Result r = pause();
+      if (r != Result::Ready) return r;
+    }
+  }
+
+  // One pause of a caller-driven polling loop (call reset() when progress
+  // was made). Returns Ready to keep polling.
+  Result pause() {
+    ++spins_;
+    if ((spins_ & 15) != 0) {
+      cpuRelax();
+      return Result::Ready;
+    }
+    if (abort_ != nullptr && abort_->load(std::memory_order_relaxed)) return Result::Aborted;
+    const Clock::time_point now = Clock::now();
+    if (now - start_ > timeout()) return Result::TimedOut;
+    const auto waited = now - start_;
+    if (waited < std::chrono::microseconds(5)) return Result::Ready;
+    if (waited < std::chrono::microseconds(200)) {
+      sched_yield();
+    } else {
+      usleep(waited < std::chrono::milliseconds(5) ? 10 : 100);
+    }
+    return Result::Ready;
+  }
+
+  void reset() {
+    start_ = Clock::now();
+    spins_ = 0;
+  }
+
+ private:
+  Clock::duration timeout() const {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeoutSec_));
+  }
+  static void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  const std::atomic<bool>* abort_;
+  double timeoutSec_;
+  Clock::time_point start_ = Clock::now();
+  uint64_t spins_ = 0;
+};
+
+}  // namespace braid
