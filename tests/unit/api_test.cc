@@ -13,8 +13,10 @@
 
 namespace {
 
-// A communicator handle that is not NULL; no call may dereference it in this
-// release, since no communicator can exist yet.
+// The C API's checks and the host engine; the GPU backend has tests/gpu/.
+// BRAID_BACKEND set by the caller still wins.
+const bool kHostBackend = (setenv("BRAID_BACKEND", "host", /*overwrite=*/0), true);
+
 // C callers may pass any int where nccl.h declares an enum; a C++ enum cannot
 // hold such values without undefined behaviour, so these call the entry
 // points through int-typed pointers, as a C caller's code does at the ABI.
