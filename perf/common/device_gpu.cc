@@ -1,0 +1,101 @@
+// Device for the GPU flavors (CUDA, or HIP through the same calls spelled
+// hip*): device memory and one non-blocking stream per rank. A Braid build run
+// with BRAID_BACKEND=host uses host memory and the null stream instead, as the
+// host flavor does (makeHostDevice, from device_host.cc).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "check.h"
+#include "device.h"
+
+#if defined(PERF_GPU_HIP)
+#define GPU(name) hip##name
+#else
+#define GPU(name) cuda##name
+#endif
+
+#define GPUCHECK(call)                                                                           \
+  do {                                                                                           \
+    auto perf_e_ = (call);                                                                       \
+    if (perf_e_ != GPU(Success)) PERF_DIE("%s failed: %s", #call, GPU(GetErrorString)(perf_e_)); \
+  } while (0)
+
+namespace perf {
+
+namespace {
+
+class GpuDevice final : public Device {
+ public:
+  explicit GpuDevice(int index) : index_(index) {
+    select();
+    GPUCHECK(GPU(StreamCreateWithFlags)(&stream_, GPU(StreamNonBlocking)));
+  }
+  ~GpuDevice() override {
+    if (graph_) GPU(GraphExecDestroy)(graph_);
+    GPU(StreamDestroy)(stream_);
+  }
+  void select() override { GPUCHECK(GPU(SetDevice)(index_)); }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    GPUCHECK(GPU(Malloc)(&p, bytes ? bytes : 1));
+    return p;
+  }
+  void release(void* p) override { GPUCHECK(GPU(Free)(p)); }
+  void toDevice(void* dst, const void* src, size_t bytes) override {
+    GPUCHECK(GPU(Memcpy)(dst, src, bytes, GPU(MemcpyHostToDevice)));
+  }
+  void toHost(void* dst, const void* src, size_t bytes) override {
+    GPUCHECK(GPU(Memcpy)(dst, src, bytes, GPU(MemcpyDeviceToHost)));
+  }
+  Stream stream() override { return stream_; }
+  void synchronize() override { GPUCHECK(GPU(StreamSynchronize)(stream_)); }
+  std::string describe() override {
+    GPU(DeviceProp_t) prop;
+    GPUCHECK(GPU(GetDeviceProperties)(&prop, index_));
+    char buf[300];
+    std::snprintf(buf, sizeof(buf), "[%04x:%02x:%02x] %s", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID,
+                  prop.name);
+    return buf;
+  }
+  bool graphs() const override { return true; }
+  void capture() override { GPUCHECK(GPU(StreamBeginCapture)(stream_, GPU(StreamCaptureModeThreadLocal))); }
+  void replay(int times) override {
+    GPU(Graph_t) graph = nullptr;
+    GPUCHECK(GPU(StreamEndCapture)(stream_, &graph));
+    if (graph_) GPUCHECK(GPU(GraphExecDestroy)(graph_));
+    GPUCHECK(GPU(GraphInstantiateWithFlags)(&graph_, graph, 0));
+    GPUCHECK(GPU(GraphDestroy)(graph));
+    for (int i = 0; i < times; ++i) GPUCHECK(GPU(GraphLaunch)(graph_, stream_));
+  }
+
+ private:
+  int index_;
+  Stream stream_ = nullptr;
+  GPU(GraphExec_t) graph_ = nullptr;
+};
+
+}  // namespace
+
+bool hostMemory() {
+#if defined(PERF_LIBRARY_BRAID)
+  // Read here only: the perf program follows Braid's backend choice.
+  const char* backend = std::getenv("BRAID_BACKEND");
+  if (backend && std::strcmp(backend, "host") == 0) return true;
+#endif
+  return false;
+}
+
+std::unique_ptr<Device> openDevice(int index) {
+  if (hostMemory()) return makeHostDevice("[host] host memory (BRAID_BACKEND=host)");
+  return std::make_unique<GpuDevice>(index);
+}
+
+int deviceCount() {
+  if (hostMemory()) return 0;
+  int n = 0;
+  if (GPU(GetDeviceCount)(&n) != GPU(Success)) return 0;
+  return n;
+}
+
+}  // namespace perf
