@@ -11,8 +11,10 @@
 
 #if defined(PERF_GPU_HIP)
 #define GPU(name) hip##name
+using GpuDeviceProp = hipDeviceProp_t;
 #else
 #define GPU(name) cuda##name
+using GpuDeviceProp = cudaDeviceProp;
 #endif
 
 #define GPUCHECK(call)                                                                           \
@@ -51,7 +53,7 @@ class GpuDevice final : public Device {
   Stream stream() override { return stream_; }
   void synchronize() override { GPUCHECK(GPU(StreamSynchronize)(stream_)); }
   std::string describe() override {
-    GPU(DeviceProp_t) prop;
+    GpuDeviceProp prop;
     GPUCHECK(GPU(GetDeviceProperties)(&prop, index_));
     char buf[300];
     std::snprintf(buf, sizeof(buf), "[%04x:%02x:%02x] %s", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID,

@@ -291,7 +291,7 @@ int perfMain(int argc, char** argv, const Collective& coll) {
       char line[512];
       std::snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n",
                     w.firstRank + g, 0, static_cast<int>(getpid()), hostName().c_str(),
-                    hostMemory() ? -1 : index, d.describe().c_str());
+                    lib == Library::kMpi || hostMemory() ? -1 : index, d.describe().c_str());
       lines += line;
     }
     w.stage.resize(bytes);
