@@ -17,10 +17,12 @@ using GpuDeviceProp = hipDeviceProp_t;
 using GpuDeviceProp = cudaDeviceProp;
 #endif
 
-#define GPUCHECK(call)                                                                           \
-  do {                                                                                           \
-    auto perf_e_ = (call);                                                                       \
-    if (perf_e_ != GPU(Success)) PERF_DIE("%s failed: %s", #call, GPU(GetErrorString)(perf_e_)); \
+#define PERF_STR2(x) #x
+#define PERF_STR(x) PERF_STR2(x)  // expands GPU(...) first
+#define GPUCHECK(call)                                                                                    \
+  do {                                                                                                    \
+    auto perf_e_ = (call);                                                                                \
+    if (perf_e_ != GPU(Success)) PERF_DIE("%s failed: %s", PERF_STR(call), GPU(GetErrorString)(perf_e_)); \
   } while (0)
 
 namespace perf {
