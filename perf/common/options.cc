@@ -130,9 +130,15 @@ Options parseOptions(int argc, char** argv, const char* program) {
         }
         break;
       case 'R':
+        // nccl-tests' -R 0/1/2 (buffer registration) is accepted and not done.
+        if (std::strcmp(optarg, "0") == 0 || std::strcmp(optarg, "1") == 0 || std::strcmp(optarg, "2") == 0) {
+          o.registration = std::atoi(optarg);
+          break;
+        }
         o.reference = optarg;
         if (o.reference != "mpi" && o.reference != "none" && o.reference != "") {
-          std::fprintf(stderr, "%s: -R takes 'mpi' (Open MPI's collectives)\n", program);
+          std::fprintf(stderr, "%s: -R takes 'mpi' (Open MPI's collectives), or nccl-tests' 0/1/2\n",
+                       program);
           std::exit(EXIT_FAILURE);
         }
         if (o.reference == "none") o.reference.clear();
