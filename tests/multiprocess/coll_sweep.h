@@ -1,0 +1,46 @@
+// The collective correctness sweep, reusable by any launcher: forked ranks
+// (coll_test.cc) and mpirun (mpi_coll_test.cc) run the same code.
+//
+// Every collective x type x op x in-place/out-of-place x count, with inputs
+// that depend on rank and position, checked against an independent
+// reference. The inputs are chosen so that every partial result is exact in
+// every type (sums of small integers, products of powers of two), so results
+// are compared exactly whatever the reduction order.
+#pragma once
+
+#include <string>
+
+#include "nccl.h"
+
+namespace braid::test {
+
+enum class SweepCounts {
+  kFull,   // 0, 1, 7, 1023, 65537, and 2^20+3 for float
+  kQuick,  // 0, 1, 7, 4099: every type, op and rank count, several FIFO steps each
+};
+
+// kQuick when BRAID_TEST_SWEEP=quick (sanitizer builds, ~10x slower), else kFull.
+SweepCounts sweepCountsFromEnv();
+
+// Runs the sweep on `comm`, an initialized communicator in which this process
+// is rank `rank` of `nranks`; the reference is computed with those. Every
+// rank of `comm` must call it with the same `counts`. Returns "" on success,
+// else the failures (bounded in length). Leaves `comm` alive.
+std::string collSweep(ncclComm_t comm, int rank, int nranks, SweepCounts counts);
+
+// Team shapes made from a parent communicator by ncclCommSplit.
+enum class SplitShape {
+  kReversed,      // one team, color 0, key n-1-rank: new rank order reversed
+  kOddEven,       // color rank % 2, key rank: two teams running at once
+  kLeaveLastOut,  // the last rank passes NCCL_SPLIT_NOCOLOR and must get NULL
+};
+const char* splitShapeName(SplitShape shape);  // "Reversed", ...: usable in test names
+
+// Every rank of `parent` (this process is `rank` of `nranks`) calls this:
+// splits `parent` into `shape`, checks the new rank and size
+// (ncclCommUserRank, ncclCommCount), runs collSweep on the new communicator
+// with the new rank and size, and destroys it (aborts it after a failure).
+// Returns "" on success. Leaves `parent` alive.
+std::string splitSweep(ncclComm_t parent, int rank, int nranks, SplitShape shape, SweepCounts counts);
+
+}  // namespace braid::test
