@@ -268,6 +268,7 @@ int perfMain(int argc, char** argv, const Collective& coll) {
                 procs->kind(), o.nthreads, o.ngpus, libraryName(lib));
     if (o.graphLaunches > 0 && !graphs)
       std::printf("# -G %d ignored: graphs need GPU streams\n", o.graphLaunches);
+    if (o.registration) std::printf("# -R %d ignored: buffer registration is not done\n", o.registration);
     if (o.blocking)
       std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
     std::printf("#\n# Using devices\n");
