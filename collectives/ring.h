@@ -10,7 +10,11 @@
 //
 // Each rank sends to rank+1 and receives from rank-1. Data moves in rounds
 // of one step per chunk, so every rank computes the same partition from
-// (count, nranks, maxElems) and the ranks' calls match one to one. These
+// (count, nranks, chunk) and the ranks' calls match one to one. `chunk` (at
+// most p.maxElems()) is the elements one step carries; smaller chunks
+// pipeline better and keep the working set in cache. A channel runs an
+// algorithm on its part of the buffers: all-gather and reduce-scatter get
+// `stride`, the distance between two ranks' blocks (the full count). These
 // templates know nothing of transports, threads or devices: the host engine
 // runs them over HostPrims, the GPU executor will run them over device
 // primitives.
@@ -25,8 +29,7 @@ inline int ringMod(int a, int n) { return ((a % n) + n) % n; }
 
 // All-reduce: reduce-scatter then all-gather, around the ring.
 template <typename Prims, typename T>
-void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n) {
-  const size_t chunk = p.maxElems();
+void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, size_t chunk) {
   for (size_t base = 0; base < count; base += chunk * static_cast<size_t>(n)) {
     const size_t per = std::min(chunk, (count - base + n - 1) / static_cast<size_t>(n));
     auto offset = [&](int c) { return std::min(count, base + static_cast<size_t>(c) * per); };
@@ -50,26 +53,24 @@ void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n)
   }
 }
 
-// All-gather: out holds n blocks of `count`; block r comes from rank r.
+// All-gather: out holds n blocks `stride` apart; block r comes from rank r.
 template <typename Prims, typename T>
-void ringAllGather(Prims& p, const T* in, T* out, size_t count, int rank, int n) {
-  const size_t chunk = p.maxElems();
+void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n, size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
-    auto block = [&](int r) { return out + static_cast<size_t>(r) * count + base; };
+    auto block = [&](int r) { return out + static_cast<size_t>(r) * stride + base; };
     p.copySend(in + base, block(rank), len);
     for (int s = 1; s < n - 1; ++s) p.recvCopySend(block(ringMod(rank - s, n)), len);
     p.recv(block(ringMod(rank + 1, n)), len);
   }
 }
 
-// Reduce-scatter: in holds n blocks of `count`; rank r gets block r reduced.
+// Reduce-scatter: in holds n blocks `stride` apart; rank r gets block r reduced.
 template <typename Prims, typename T>
-void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, int rank, int n) {
-  const size_t chunk = p.maxElems();
+void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n, size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
-    auto block = [&](int r) { return in + static_cast<size_t>(r) * count + base; };
+    auto block = [&](int r) { return in + static_cast<size_t>(r) * stride + base; };
     p.send(block(ringMod(rank - 1, n)), len);
     for (int s = 1; s < n - 1; ++s) p.recvReduceSend(block(ringMod(rank - s - 1, n)), len);
     p.recvReduceCopy(block(rank), out + base, len);
@@ -78,9 +79,8 @@ void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, int rank, in
 
 // Broadcast down the chain root, root+1, ..., root-1.
 template <typename Prims, typename T>
-void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root) {
+void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
   const int pos = ringMod(rank - root, n);
-  const size_t chunk = p.maxElems();
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
     if (pos == 0) {
@@ -95,9 +95,8 @@ void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n,
 
 // Reduce up the chain root+1, root+2, ..., root.
 template <typename Prims, typename T>
-void ringReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root) {
+void ringReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
   const int pos = ringMod(rank - root, n);
-  const size_t chunk = p.maxElems();
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
     if (pos == 1) {

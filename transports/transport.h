@@ -8,6 +8,18 @@
 // the counter it writes; the memory lives wherever the transport put it
 // (shared memory for the shm transport) and both sides map it.
 //
+// Two protocols share the counters and the step numbering (DESIGN.md §4):
+// - Simple: a step writes a slot of the Simple region (header + payload),
+//   then publishes tail with a release store; the receiver acquires tail.
+// - LL (low latency): a step writes a slot of the LL region as 8-byte units,
+//   each {4 data bytes, 4 flag bytes} in one atomic store, with flag =
+//   low 32 bits of step + 1; the first unit carries the step's byte count.
+//   The receiver polls the units' flags, not tail, so the data is visible
+//   the moment it lands. A slot's flag changes every time it is reused, and
+//   the region holds nothing but LL units, so a stale unit never matches.
+//   (The sender still publishes tail, so counters read the same for both.)
+// Head (credits: a slot is free again) works the same for both.
+//
 // This header is plain data: transports fill it, primitives drive it, and
 // neither knows the other.
 #pragma once
@@ -20,6 +32,20 @@ namespace braid {
 
 constexpr int kConnectorSteps = 8;
 
+// How a step's data is made visible (see above). LL128 is a GPU protocol
+// (128-byte stores delivered atomically over NVLink); the host has no such
+// guarantee and never uses it.
+enum class Protocol { Simple, LL, LL128 };
+inline const char* protocolName(Protocol p) {
+  switch (p) {
+    case Protocol::Simple: return "Simple";
+    case Protocol::LL: return "LL";
+    default: return "LL128";
+  }
+}
+// Bytes of one LL slot (units); it carries kLLSlotBytes / 2 - 4 data bytes.
+constexpr size_t kLLSlotBytes = 16384;
+
 struct alignas(64) ConnectorCounters {
   std::atomic<uint64_t> tail{0};  // written by the sender
   char pad0[64 - sizeof(std::atomic<uint64_t>)];
@@ -27,16 +53,20 @@ struct alignas(64) ConnectorCounters {
   char pad1[64 - sizeof(std::atomic<uint64_t>)];
 };
 
+static_assert(std::atomic<uint64_t>::is_always_lock_free && sizeof(std::atomic<uint64_t>) == 8,
+              "LL units need lock-free 8-byte atomics");
+
 struct alignas(64) SlotHeader {
   uint64_t bytes;  // payload bytes in this slot
   uint64_t step;   // the step that filled it (checked by the receiver)
 };
 
-// The shared layout: counters, then kConnectorSteps slots of
-// sizeof(SlotHeader) + slotBytes each.
+// The shared layout: counters, kConnectorSteps Simple slots of
+// sizeof(SlotHeader) + slotBytes each, then kConnectorSteps LL slots.
 struct ConnectorMemory {
+  static size_t simpleBytes(size_t slotBytes) { return kConnectorSteps * (sizeof(SlotHeader) + slotBytes); }
   static size_t sizeFor(size_t slotBytes) {
-    return sizeof(ConnectorCounters) + kConnectorSteps * (sizeof(SlotHeader) + slotBytes);
+    return sizeof(ConnectorCounters) + simpleBytes(slotBytes) + kConnectorSteps * kLLSlotBytes;
   }
 };
 
@@ -44,6 +74,7 @@ struct ConnectorMemory {
 struct Connector {
   ConnectorCounters* counters = nullptr;
   char* slots = nullptr;  // first slot header
+  char* llSlots = nullptr;  // first LL slot
   size_t slotBytes = 0;   // payload capacity of a slot
   uint64_t step = 0;      // next step this end will use
 
@@ -52,12 +83,16 @@ struct Connector {
     return reinterpret_cast<SlotHeader*>(slots + (s % kConnectorSteps) * (sizeof(SlotHeader) + slotBytes));
   }
   char* payload(uint64_t s) const { return reinterpret_cast<char*>(header(s)) + sizeof(SlotHeader); }
+  std::atomic<uint64_t>* llUnits(uint64_t s) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(llSlots + (s % kConnectorSteps) * kLLSlotBytes);
+  }
 
   static Connector over(void* memory, size_t slotBytes) {
     Connector c;
     c.counters = static_cast<ConnectorCounters*>(memory);
     c.slots = static_cast<char*>(memory) + sizeof(ConnectorCounters);
     c.slotBytes = slotBytes;
+    c.llSlots = c.slots + ConnectorMemory::simpleBytes(slotBytes);
     return c;
   }
 };

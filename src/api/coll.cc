@@ -12,10 +12,10 @@ namespace {
 // Checks shared by every data-moving call. `count` elements are read from
 // `send` and written to `recv` (either may be unused: pass a non-null dummy).
 // With `out`, also returns the communicator.
-Status checkData(ncclComm_t comm, const void* send, const char* sendName, const void* recv,
-                 const char* recvName, size_t count, int type, Communicator** out = nullptr) {
+Status checkData(CommUse* use, ncclComm_t comm, const void* send, const char* sendName, const void* recv,
+                 const char* recvName, size_t count, int type, Communicator** out) {
   Communicator* c = nullptr;
-  BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+  BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, use));
   if (out != nullptr) *out = c;
   BRAID_CHECK(api::checkDatatype(type));
   if (count > 0) {
@@ -44,8 +44,9 @@ Status checkPeer(int peer, const Communicator* c) {
 BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllReduce", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return enqueueCollective(c, {CollType::AllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0});
   }, comm);
@@ -54,8 +55,9 @@ BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, siz
 BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclReduce", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     BRAID_CHECK(checkRoot(root));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
@@ -66,8 +68,9 @@ BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t
 BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclBroadcast", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
     return enqueueCollective(c, {CollType::Broadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum, root});
@@ -77,8 +80,9 @@ BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, siz
 BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
           ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclBcast", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root));
     return enqueueCollective(c, {CollType::Broadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root});
   }, comm);
@@ -87,8 +91,9 @@ BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t data
 BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclReduceScatter", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return enqueueCollective(
         c, {CollType::ReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, 0});
@@ -98,8 +103,9 @@ BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
 BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllGather", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype), &c));
     return enqueueCollective(c, {CollType::AllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0});
   }, comm);
 }
@@ -107,8 +113,9 @@ BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, siz
 BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAlltoAll", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype);
   }, comm);
 }
@@ -116,8 +123,9 @@ BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size
 BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllToAll", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype);
   }, comm);
 }
@@ -126,8 +134,9 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
           const size_t sdispls[], void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
           ncclDataType_t datatype, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclAllToAllv", [&]() -> Status {
+    CommUse use;
     Communicator* c = nullptr;
-    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
     BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));
     BRAID_CHECK(api::checkNotNull(sendcounts, "sendcounts"));
     BRAID_CHECK(api::checkNotNull(sdispls, "sdispls"));
@@ -144,8 +153,9 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
 BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclGather", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root, c));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
     return enqueueGather(c, sendbuff, recvbuff, count, datatype, root);
@@ -155,8 +165,9 @@ BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t
 BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
           ncclDataType_t datatype, int root, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclScatter", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root, c));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
     return enqueueScatter(c, sendbuff, recvbuff, count, datatype, root);
@@ -166,8 +177,9 @@ BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_
 BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
           int peer, ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclSend", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkPeer(peer, c));
     return enqueueP2p(c, {{true, peer, sendbuff, nullptr, count * datatypeSize(datatype)}});
   }, comm);
@@ -176,8 +188,9 @@ BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTy
 BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
           ncclComm_t comm, braidStream_t stream) {
   return api::apiGuard("ncclRecv", [&]() -> Status {
+    CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
-    BRAID_CHECK(checkData(comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkPeer(peer, c));
     return enqueueP2p(c, {{false, peer, nullptr, recvbuff, count * datatypeSize(datatype)}});
   }, comm);

@@ -7,7 +7,7 @@
 using namespace braid;
 
 namespace {
-constexpr const char* kNotYet = "collectives, buffer registration and custom reduction operators";
+constexpr const char* kNotYet = "buffer registration and windows";
 
 Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   BRAID_CHECK(api::checkNotNull(comm, "comm"));
@@ -221,20 +221,26 @@ BRAID_COMM_ENTRY(ncclCommWindowRegister,
 })
 BRAID_COMM_ENTRY(ncclCommWindowDeregister, BRAID_ARGS(ncclComm_t comm, ncclWindow_t win),
                  { BRAID_CHECK(api::checkNotNull(win, "win")); })
-BRAID_COMM_ENTRY(ncclRedOpCreatePreMulSum,
-                 BRAID_ARGS(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,
-                            ncclComm_t comm), {
-  BRAID_CHECK(api::checkNotNull(op, "op"));
-  BRAID_CHECK(api::checkNotNull(scalar, "scalar"));
-  BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));
-  int res = api::rawEnum(residence);
-  if (res != ncclScalarDevice && res != ncclScalarHostImmediate) {
-    return invalidArgument("argument 'residence' is ", res);
-  }
-})
-BRAID_COMM_ENTRY(ncclRedOpDestroy, BRAID_ARGS(ncclRedOp_t op, ncclComm_t comm), {
-  if (api::rawEnum(op) < ncclNumOps) {
-    return invalidArgument("argument 'op' is built-in operator ", api::rawEnum(op),
-                           "; only operators from ncclRedOpCreatePreMulSum can be destroyed");
-  }
-})
+BRAID_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+          ncclScalarResidence_t residence, ncclComm_t comm) {
+  return api::apiGuard("ncclRedOpCreatePreMulSum", [&]() -> Status {
+    Communicator* c = nullptr;
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+    BRAID_CHECK(api::checkNotNull(op, "op"));
+    BRAID_CHECK(api::checkNotNull(scalar, "scalar"));
+    BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));
+    int res = api::rawEnum(residence);
+    if (res != ncclScalarDevice && res != ncclScalarHostImmediate) {
+      return invalidArgument("argument 'residence' is ", res, "; use ncclScalarDevice or ncclScalarHostImmediate");
+    }
+    return c->redOps().create(scalar, datatype, residence, op);
+  }, comm);
+}
+
+BRAID_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  return api::apiGuard("ncclRedOpDestroy", [&]() -> Status {
+    Communicator* c = nullptr;
+    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+    return c->redOps().destroy(op);
+  }, comm);
+}

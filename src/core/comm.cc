@@ -24,6 +24,9 @@ SizeParam paramBuffSize("BUFFSIZE", 4u << 20,
 IntParam paramStallTimeout("STALL_TIMEOUT", 300,
                            "Seconds a collective or send/receive may make no progress before the communicator "
                            "fails with an error naming the operation, its sequence number, the channel and the peer");
+BoolParam paramDumpOnStall("DUMP_ON_STALL", false,
+                            "When an operation stalls past STALL_TIMEOUT, also log every channel's collective "
+                            "counters and FIFO state (head, tail) before failing");
 IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
                                "Seconds any bootstrap wait (root, ring, peer messages) may take before init "
                                "fails with an error naming the peer");
@@ -147,13 +150,33 @@ Status Communicator::checkSameHost(int peer) const {
   return okStatus();
 }
 
-Status Communicator::ensureRing() {
-  if (ring_) return okStatus();
-  for (int r = 0; r < nranks_; ++r) BRAID_CHECK(checkSameHost(r));
-  auto link = std::make_unique<ShmLink>();
-  BRAID_CHECK(shmConnectRing(bootstrap_.get(), /*channel=*/0, p2pSlotBytes(), link.get()));
-  ring_ = std::move(link);
-  return okStatus();
+Status Communicator::ensureChannels(Algo algo, int n) {
+  if (algo != Algo::Direct) {
+    for (int r = 0; r < nranks_ && nnodes_ > 1; ++r) BRAID_CHECK(checkSameHost(r));
+  }
+  return channels_->ensure(algo, n);
+}
+
+int Communicator::hostChannels() const {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, localRanks_));
+}
+
+void Communicator::onStall(int channel) {
+  if (!paramDumpOnStall.get()) return;
+  BRAID_WARN("comm %p rank %d: stalled on channel %d; collectives issued %llu; FIFO state follows",
+             static_cast<void*>(this), rank_, channel, static_cast<unsigned long long>(collectiveSeq_));
+  channels_->dump(channel);
+  for (const auto& [peer, end] : p2pSend_) {
+    if (end) BRAID_WARN("p2p send to rank %d [tail %llu head %llu]", peer,
+                        static_cast<unsigned long long>(end->conn.counters->tail.load()),
+                        static_cast<unsigned long long>(end->conn.counters->head.load()));
+  }
+  for (const auto& [peer, end] : p2pRecv_) {
+    if (end) BRAID_WARN("p2p recv from rank %d [tail %llu head %llu]", peer,
+                        static_cast<unsigned long long>(end->conn.counters->tail.load()),
+                        static_cast<unsigned long long>(end->conn.counters->head.load()));
+  }
 }
 
 Status Communicator::exchangePeerInfo() {
@@ -174,7 +197,20 @@ Status Communicator::exchangePeerInfo() {
   peers_.assign(static_cast<size_t>(nranks_), PeerInfo());
   peers_[static_cast<size_t>(rank_)] = me;
   BRAID_CHECK(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)).withContext("exchanging peer info"));
-  return checkPeers(peers_, rank_);
+  BRAID_CHECK(checkPeers(peers_, rank_));
+  // Nodes, numbered in order of first appearance: the trees' layout.
+  std::vector<int> nodeOf(static_cast<size_t>(nranks_));
+  std::vector<uint64_t> hosts;
+  for (int r = 0; r < nranks_; ++r) {
+    uint64_t h = peers_[static_cast<size_t>(r)].hostHash;
+    auto it = std::find(hosts.begin(), hosts.end(), h);
+    nodeOf[static_cast<size_t>(r)] = static_cast<int>(it - hosts.begin());
+    if (it == hosts.end()) hosts.push_back(h);
+  }
+  nnodes_ = static_cast<int>(hosts.size());
+  localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
+  channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), std::move(nodeOf), p2pSlotBytes());
+  return okStatus();
 }
 
 Status checkPeers(const std::vector<PeerInfo>& peers, int myRank) {
@@ -215,7 +251,21 @@ bool unregisterComm(Communicator* comm) {
   return registry().erase(comm) == 1;
 }
 
-Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady) {
+void Communicator::waitUnused() const {
+  while (users_.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+Status CommUse::acquire(Communicator* comm) {
+  std::lock_guard<std::mutex> lock(gRegistryMutex);
+  if (registry().count(comm) == 0) {
+    return invalidUsage("the communicator was destroyed or aborted while the operation was pending");
+  }
+  comm->users_.fetch_add(1);
+  comm_ = comm;
+  return okStatus();
+}
+
+Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady, CommUse* use) {
   if (handle == nullptr) return invalidArgument("argument 'comm' is NULL");
   Communicator* comm = static_cast<Communicator*>(handle);
   {
@@ -223,6 +273,10 @@ Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady) {
     if (registry().count(comm) == 0) {
       return invalidArgument("argument 'comm' (", static_cast<void*>(handle),
                              ") is not a live communicator: it was destroyed or aborted, or never created");
+    }
+    if (use != nullptr && use->comm_ == nullptr) {
+      comm->users_.fetch_add(1);
+      use->comm_ = comm;
     }
   }
   if (needReady) {

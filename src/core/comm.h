@@ -25,8 +25,12 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "core/channels.h"
 #include "core/config.h"
 #include "core/library.h"
+#include "core/redops.h"
+#include "exec/host/executor.h"
+#include "exec/host/host_prims.h"
 #include "transports/shm/shm_transport.h"
 #include "nccl.h"
 #include "util/status.h"
@@ -65,7 +69,7 @@ struct InitOutcome {
   Status status;
 };
 
-class Communicator {
+class Communicator : public StallListener {
  public:
   Communicator(int rank, int nranks, int device, const CommConfig& config);
   virtual ~Communicator();
@@ -92,11 +96,20 @@ class Communicator {
   void recordError(const std::string& text);
   std::string lastError() const;
 
-  // The ring of channel 0 (host backend); connected on the first collective,
-  // which every rank calls.
-  Status ensureRing();
-  ShmLink* ring() { return ring_.get(); }
+  // Channels and their connectors (host backend), connected by the first
+  // collective that needs them, which every rank calls.
+  Status ensureChannels(Algo algo, int n);
+  ChannelSet& channels() { return *channels_; }
+  HostExecutor& executor() { return executor_; }
+  RedOpTable& redOps() { return redOps_; }
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
+  int nnodes() const { return nnodes_; }
+  int localRanks() const { return localRanks_; }
+  // Channels the host can run in parallel for this rank: cores per local rank.
+  int hostChannels() const;
+  // A wait of `channel` timed out: with BRAID_DUMP_ON_STALL=1, logs every
+  // channel's counters and FIFO state.
+  void onStall(int channel) override;
   // Point-to-point connectors, set up with the peers' matching calls.
   Status ensureP2p(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
   ShmEnd* p2pSend(int peer) { return p2pSend_[peer].get(); }
@@ -104,6 +117,10 @@ class Communicator {
   size_t p2pSlotBytes() const;
   // BRAID_STALL_TIMEOUT: how long an operation may make no progress.
   double stallTimeoutSeconds() const;
+
+  // Operations in flight on other threads (see CommUse); destroy and abort
+  // wait for them to end (abort first raises the flag that ends them).
+  void waitUnused() const;
 
   // Runs the init steps: bootstrap, peer info exchange, consistency checks.
   Status initialize(const std::vector<bootstrap::UniqueIdData>& ids);
@@ -123,10 +140,16 @@ class Communicator {
   uint64_t commHash_ = 0;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
-  std::unique_ptr<ShmLink> ring_;
+  int nnodes_ = 1, localRanks_ = 1;
+  std::unique_ptr<ChannelSet> channels_;
+  HostExecutor executor_;
+  RedOpTable redOps_;
   std::map<int, std::unique_ptr<ShmEnd>> p2pSend_, p2pRecv_;
   uint64_t collectiveSeq_ = 0;
 
+  friend class CommUse;
+  friend Status lookupComm(ncclComm_t, Communicator**, bool, class CommUse*);
+  std::atomic<int> users_{0};
   std::atomic<ncclResult_t> asyncError_{ncclInProgress};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> abort_{false};
@@ -140,12 +163,32 @@ class Communicator {
 
 // ---- the handle registry ------------------------------------------------------
 
+// Marks a communicator in use by an operation (a collective, a group's
+// end) for its lifetime, so that an abort from another thread waits for the
+// operation to notice the abort flag and return before freeing it.
+class CommUse {
+ public:
+  CommUse() = default;
+  ~CommUse() {
+    if (comm_ != nullptr) comm_->users_.fetch_sub(1);
+  }
+  CommUse(const CommUse&) = delete;
+  CommUse& operator=(const CommUse&) = delete;
+  // Takes `comm` if it is still registered (destroy and abort unregister first).
+  Status acquire(Communicator* comm);
+
+ private:
+  friend Status lookupComm(ncclComm_t, Communicator**, bool, CommUse*);
+  Communicator* comm_ = nullptr;
+};
+
 void registerComm(Communicator* comm);
 // Removes comm; false if it was not (or no longer) registered.
 bool unregisterComm(Communicator* comm);
 // Validates a handle from the API. `needReady` also requires init to have
-// completed successfully and the communicator not to be finalized.
-Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady);
+// completed successfully and the communicator not to be finalized. With
+// `use`, also marks it in use (atomically with the lookup).
+Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady, CommUse* use = nullptr);
 // Error text of the communicator behind a handle, "" if none or invalid.
 std::string commLastError(ncclComm_t handle);
 void recordCommError(ncclComm_t handle, const std::string& text);

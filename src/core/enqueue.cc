@@ -1,18 +1,32 @@
 #include "core/enqueue.h"
 
 #include <cstring>
+#include <mutex>
 #include <type_traits>
 
 #include "collectives/direct.h"
 #include "collectives/ring.h"
+#include "collectives/tree.h"
 #include "core/group.h"
 #include "exec/datatypes.h"
 #include "exec/host/host_prims.h"
 #include "exec/reduce_ops.h"
 #include "util/log.h"
+#include "util/param.h"
 
 namespace braid {
 namespace {
+
+BoolParam paramCheckColl("CHECK_COLL", false,
+                         "Before every collective, compare its operation, count, datatype, root, reduction "
+                         "operator and sequence number across ranks (one bootstrap all-gather each) and fail "
+                         "with a message naming the ranks that disagree");
+SizeParam paramChunkSize("CHUNK_SIZE", 0,
+                         "Bytes one FIFO step of a ring carries (0: 128K for Simple; at most BUFFSIZE/8); "
+                         "smaller steps pipeline better, larger ones synchronize less");
+
+constexpr size_t kDefaultChunkBytes = 128 * 1024;
+constexpr size_t kChannelAlignBytes = 64;
 
 // Divides every element by n (ncclAvg after a sum). Integers truncate, as
 // NCCL's integer average does.
@@ -27,106 +41,222 @@ void divideBy(T* data, size_t count, int n) {
   }
 }
 
-// All-reduces of at most this many bytes go one-shot over direct connectors
-// (one exchange) instead of around the ring (2(n-1) steps).
-constexpr size_t kOneShotMaxBytes = 2048;
-constexpr int kOneShotMaxRanks = 8;
+// What every channel of one collective shares.
+struct Plan {
+  TuneChoice choice;
+  uint64_t seq = 0;
+  std::atomic<bool> cancel{false};  // raised by the first channel that fails
+};
 
-bool useOneShot(const Communicator* comm, const CollArgs& a, size_t elemSize) {
-  return a.type == CollType::AllReduce && a.count * elemSize <= kOneShotMaxBytes &&
-         comm->nranks() <= kOneShotMaxRanks;
+// Channel c's part of `count` elements: contiguous, cache-line aligned.
+void channelPart(size_t count, size_t elemSize, int nch, int c, size_t* lo, size_t* len) {
+  const size_t align = std::max<size_t>(1, kChannelAlignBytes / elemSize);
+  size_t per = (count + static_cast<size_t>(nch) - 1) / static_cast<size_t>(nch);
+  per = (per + align - 1) / align * align;
+  *lo = std::min(count, per * static_cast<size_t>(c));
+  *len = std::min(count, *lo + per) - *lo;
 }
 
-template <typename T, typename Op>
-Status runOneShot(Communicator* comm, const CollArgs& a, uint64_t seq) {
+template <typename T, typename Op, Protocol P>
+Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op op) {
   const int n = comm->nranks(), rank = comm->rank();
+  size_t lo = 0, len = 0;
+  const int nch = plan.choice.nChannels;
+  channelPart(a.count, sizeof(T), nch, c, &lo, &len);
+  // Non-roots of broadcast and reduce may pass null buffers they never use.
+  const T* in = a.send != nullptr ? static_cast<const T*>(a.send) + lo : nullptr;
+  T* out = a.recv != nullptr ? static_cast<T*>(a.recv) + lo : nullptr;
+
   PrimsContext ctx;
   ctx.abort = &comm->abortFlag();
+  ctx.cancel = &plan.cancel;
   ctx.timeoutSec = comm->stallTimeoutSeconds();
+  ctx.channel = c;
   ctx.collective = a.name;
-  ctx.seq = seq;
-  std::vector<HostPrims<T, Op>> prims;
-  prims.reserve(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    ctx.sendPeer = ctx.recvPeer = p;
-    Connector* send = p == rank ? nullptr : &comm->p2pSend(p)->conn;
-    Connector* recv = p == rank ? nullptr : &comm->p2pRecv(p)->conn;
-    prims.emplace_back(send, recv, ctx);
+  ctx.seq = plan.seq;
+  ctx.stall = comm;
+  Channel& ch = comm->channels()[c];
+
+  switch (plan.choice.algo) {
+    case Algo::Direct: {
+      PeerConnector sends[kMaxPrimsPeers], recvs[kMaxPrimsPeers];
+      int k = 0;
+      for (int p = 0; p < n; ++p) {
+        if (p == rank) continue;
+        sends[k] = {&comm->p2pSend(p)->conn, p};
+        recvs[k++] = {&comm->p2pRecv(p)->conn, p};
+      }
+      HostPrims<T, Op, P> prims(sends, k, recvs, k, ctx, op, /*localPos=*/rank);
+      coll::oneShotAllReduce(prims, in, out, len, prims.maxElems());
+      return prims.status();
+    }
+    case Algo::Tree: {
+      TreeConnectors& t = *ch.tree;
+      const TreeLinks& l = t.links;
+      PeerConnector parentUp{l.up >= 0 ? &t.upSend->conn : nullptr, l.up};
+      PeerConnector parentDown{l.up >= 0 ? &t.downRecv->conn : nullptr, l.up};
+      PeerConnector childUp[kMaxTreeChildren], childDown[kMaxTreeChildren];
+      for (int i = 0; i < l.ndown; ++i) {
+        childUp[i] = {&t.upRecv[i]->conn, l.down[i]};
+        childDown[i] = {&t.downSend[i]->conn, l.down[i]};
+      }
+      HostPrims<T, Op, P> up(&parentUp, l.up >= 0 ? 1 : 0, childUp, l.ndown, ctx, op);
+      HostPrims<T, Op, P> down(childDown, l.ndown, &parentDown, l.up >= 0 ? 1 : 0, ctx, op);
+      const size_t chunk = std::max<size_t>(1, std::min(up.maxElems(), kDefaultChunkBytes / sizeof(T)));
+      coll::treeAllReduce(up, down, in, out, len, {l.up >= 0, l.ndown > 0}, chunk, kConnectorSteps / 2);
+      return up.failed() ? up.status() : down.status();
+    }
+    case Algo::Ring: break;
   }
-  coll::oneShotAllReduce([&](int p) -> HostPrims<T, Op>& { return prims[static_cast<size_t>(p)]; },
-                         static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, rank, n, Op());
-  for (const auto& p : prims) BRAID_CHECK(p.status());
-  return okStatus();
-}
-
-template <typename T, typename Op>
-Status runTyped(Communicator* comm, const CollArgs& a, uint64_t seq) {
-  if (useOneShot(comm, a, sizeof(T))) return runOneShot<T, Op>(comm, a, seq);
-  const int n = comm->nranks(), rank = comm->rank();
-  const T* in = static_cast<const T*>(a.send);
-  T* out = static_cast<T*>(a.recv);
-  ShmLink* link = comm->ring();
-  PrimsContext ctx;
-  ctx.abort = &comm->abortFlag();
-  ctx.timeoutSec = comm->stallTimeoutSeconds();
-  ctx.sendPeer = (rank + 1) % n;
-  ctx.recvPeer = (rank - 1 + n) % n;
-  ctx.channel = 0;
-  ctx.collective = a.name;
-  ctx.seq = seq;
-  HostPrims<T, Op> prims(&link->send.conn, &link->recv.conn, ctx);
+  HostPrims<T, Op, P> prims({&ch.ring->send.conn, (rank + 1) % n}, {&ch.ring->recv.conn, (rank - 1 + n) % n}, ctx, op);
+  size_t chunk = prims.maxElems();
+  if (P == Protocol::Simple) {
+    size_t want = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get()) : kDefaultChunkBytes;
+    chunk = std::min(chunk, std::max<size_t>(1, want / sizeof(T)));
+  }
   switch (a.type) {
-    case CollType::AllReduce: coll::ringAllReduce(prims, in, out, a.count, rank, n); break;
-    case CollType::AllGather: coll::ringAllGather(prims, in, out, a.count, rank, n); break;
-    case CollType::ReduceScatter: coll::ringReduceScatter(prims, in, out, a.count, rank, n); break;
-    case CollType::Broadcast: coll::ringBroadcast(prims, in, out, a.count, rank, n, a.root); break;
-    case CollType::Reduce: coll::ringReduce(prims, in, out, a.count, rank, n, a.root); break;
+    case CollType::AllReduce: coll::ringAllReduce(prims, in, out, len, rank, n, chunk); break;
+    case CollType::AllGather: coll::ringAllGather(prims, in, out, len, a.count, rank, n, chunk); break;
+    case CollType::ReduceScatter: coll::ringReduceScatter(prims, in, out, len, a.count, rank, n, chunk); break;
+    case CollType::Broadcast: coll::ringBroadcast(prims, in, out, len, rank, n, a.root, chunk); break;
+    case CollType::Reduce: coll::ringReduce(prims, in, out, len, rank, n, a.root, chunk); break;
   }
   return prims.status();
 }
 
+template <typename T, typename Op>
+Status runTyped(Communicator* comm, const CollArgs& a, Plan& plan, Op op) {
+  if (comm->nranks() == 1) {
+    if (a.count == 0) return okStatus();
+    const T* in = static_cast<const T*>(a.send);
+    T* out = static_cast<T*>(a.recv);
+    if constexpr (Op::kHasPre) {
+      for (size_t i = 0; i < a.count; ++i) out[i] = op.pre(in[i]);
+    } else if (in != out) {
+      std::memcpy(out, in, a.count * sizeof(T));
+    }
+    return okStatus();
+  }
+  std::mutex mutex;
+  Status first;
+  auto job = [&](int c) -> Status {
+    LogRankScope scope(comm->rank());
+    Channel& ch = comm->channels()[c];
+    ch.issued.fetch_add(1, std::memory_order_relaxed);
+    Status s = plan.choice.proto == Protocol::LL ? runChannel<T, Op, Protocol::LL>(comm, a, plan, c, op)
+                                                 : runChannel<T, Op, Protocol::Simple>(comm, a, plan, c, op);
+    if (s.ok()) {
+      ch.completed.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (first.ok()) first = s;  // the first failure in time is the cause; the others were cancelled by it
+      plan.cancel.store(true);
+    }
+    return s;
+  };
+  (void)comm->executor().run(plan.choice.nChannels, job);
+  return first;
+}
+
 template <typename T>
-Status runWithOp(Communicator* comm, const CollArgs& a, uint64_t seq) {
-  switch (static_cast<int>(a.op)) {
-    case ncclProd: return runTyped<T, OpProd>(comm, a, seq);
-    case ncclMin: return runTyped<T, OpMin>(comm, a, seq);
-    case ncclMax: return runTyped<T, OpMax>(comm, a, seq);
-    default: return runTyped<T, OpSum>(comm, a, seq);  // sum, and avg before its division
+Status runWithOp(Communicator* comm, const CollArgs& a, Plan& plan) {
+  const int op = static_cast<int>(a.op);
+  if (op >= ncclNumOps) {
+    ScalarBits bits;
+    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &bits));
+    OpPreMulSum<T> pre;
+    std::memcpy(&pre.scalar, bits.bytes, sizeof(T));
+    return runTyped<T>(comm, a, plan, pre);
+  }
+  switch (op) {
+    case ncclProd: return runTyped<T>(comm, a, plan, OpProd());
+    case ncclMin: return runTyped<T>(comm, a, plan, OpMin());
+    case ncclMax: return runTyped<T>(comm, a, plan, OpMax());
+    default: return runTyped<T>(comm, a, plan, OpSum());  // sum, and avg before its division
   }
 }
 
 template <typename T>
-Status runAndFinish(Communicator* comm, const CollArgs& a, uint64_t seq) {
-  const int n = comm->nranks();
-  if (n == 1) {
-    size_t elems = a.count;
-    if (a.send != a.recv && elems > 0) std::memcpy(a.recv, a.send, elems * sizeof(T));
-  } else {
-    BRAID_CHECK(runWithOp<T>(comm, a, seq));
-  }
+Status runAndFinish(Communicator* comm, const CollArgs& a, Plan& plan) {
+  BRAID_CHECK(runWithOp<T>(comm, a, plan));
   if (a.op == ncclAvg && a.type != CollType::AllGather && a.type != CollType::Broadcast) {
     bool holdsResult = a.type != CollType::Reduce || comm->rank() == a.root;
-    if (holdsResult) divideBy(static_cast<T*>(a.recv), a.count, n);
+    if (holdsResult) divideBy(static_cast<T*>(a.recv), a.count, comm->nranks());
   }
   return okStatus();
 }
 
-Status dispatch(Communicator* comm, const CollArgs& a, uint64_t seq) {
+Status dispatch(Communicator* comm, const CollArgs& a, Plan& plan) {
   switch (a.datatype) {
-    case ncclInt8: return runAndFinish<int8_t>(comm, a, seq);
-    case ncclUint8: return runAndFinish<uint8_t>(comm, a, seq);
-    case ncclInt32: return runAndFinish<int32_t>(comm, a, seq);
-    case ncclUint32: return runAndFinish<uint32_t>(comm, a, seq);
-    case ncclInt64: return runAndFinish<int64_t>(comm, a, seq);
-    case ncclUint64: return runAndFinish<uint64_t>(comm, a, seq);
-    case ncclFloat16: return runAndFinish<Half>(comm, a, seq);
-    case ncclFloat32: return runAndFinish<float>(comm, a, seq);
-    case ncclFloat64: return runAndFinish<double>(comm, a, seq);
-    case ncclBfloat16: return runAndFinish<BFloat16>(comm, a, seq);
-    case ncclFloat8e4m3: return runAndFinish<Fp8E4M3>(comm, a, seq);
-    case ncclFloat8e5m2: return runAndFinish<Fp8E5M2>(comm, a, seq);
+    case ncclInt8: return runAndFinish<int8_t>(comm, a, plan);
+    case ncclUint8: return runAndFinish<uint8_t>(comm, a, plan);
+    case ncclInt32: return runAndFinish<int32_t>(comm, a, plan);
+    case ncclUint32: return runAndFinish<uint32_t>(comm, a, plan);
+    case ncclInt64: return runAndFinish<int64_t>(comm, a, plan);
+    case ncclUint64: return runAndFinish<uint64_t>(comm, a, plan);
+    case ncclFloat16: return runAndFinish<Half>(comm, a, plan);
+    case ncclFloat32: return runAndFinish<float>(comm, a, plan);
+    case ncclFloat64: return runAndFinish<double>(comm, a, plan);
+    case ncclBfloat16: return runAndFinish<BFloat16>(comm, a, plan);
+    case ncclFloat8e4m3: return runAndFinish<Fp8E4M3>(comm, a, plan);
+    case ncclFloat8e5m2: return runAndFinish<Fp8E5M2>(comm, a, plan);
     default: return invalidArgument("datatype ", static_cast<int>(a.datatype), " is not supported");
   }
+}
+
+// ---- BRAID_CHECK_COLL ------------------------------------------------------------
+
+struct CollRecord {
+  uint64_t seq;
+  uint64_t count;
+  int32_t type, datatype, op, root;
+  char name[24];
+};
+
+std::string describe(const CollRecord& r) {
+  std::string what = strCat(r.name, " #", r.seq, " (count ", r.count, ", ",
+                            datatypeName(static_cast<ncclDataType_t>(r.datatype)));
+  CollType t = static_cast<CollType>(r.type);
+  if (t != CollType::AllGather && t != CollType::Broadcast) what += strCat(", op ", r.op);
+  if (t == CollType::Broadcast || t == CollType::Reduce) what += strCat(", root ", r.root);
+  return what + ")";
+}
+
+Status checkAcrossRanks(Communicator* comm, const CollArgs& a, uint64_t seq) {
+  std::vector<CollRecord> all(static_cast<size_t>(comm->nranks()));
+  CollRecord& mine = all[static_cast<size_t>(comm->rank())];
+  std::memset(&mine, 0, sizeof(mine));
+  mine.seq = seq;
+  mine.count = a.count;
+  mine.type = static_cast<int32_t>(a.type);
+  mine.datatype = static_cast<int32_t>(a.datatype);
+  const bool reduces = a.type != CollType::AllGather && a.type != CollType::Broadcast;
+  mine.op = reduces ? static_cast<int32_t>(a.op) : -1;
+  mine.root = (a.type == CollType::Broadcast || a.type == CollType::Reduce) ? a.root : -1;
+  std::strncpy(mine.name, a.name, sizeof(mine.name) - 1);
+  BRAID_CHECK(comm->bootstrap()->allGather(all.data(), sizeof(CollRecord))
+                  .withContext(strCat("BRAID_CHECK_COLL: comparing ", a.name, " #", seq, " across ranks")));
+  // Everyone compares against rank 0, so every rank reports the same thing.
+  const CollRecord& ref = all[0];
+  std::string diff;
+  int differing = 0;
+  for (size_t r = 1; r < all.size(); ++r) {
+    const CollRecord& x = all[r];
+    if (x.seq == ref.seq && x.count == ref.count && x.type == ref.type && x.datatype == ref.datatype &&
+        x.op == ref.op && x.root == ref.root) {
+      continue;
+    }
+    if (++differing <= 4) diff += strCat("; rank ", r, " called ", describe(x));
+  }
+  if (differing == 0) return okStatus();
+  return invalidUsage("BRAID_CHECK_COLL: ranks disagree: rank 0 called ", describe(ref), diff,
+                      differing > 4 ? strCat("; and ", differing - 4, " more ranks") : "");
+}
+
+// Bytes of one rank's input, as the selector counts them.
+size_t tuneBytes(const CollArgs& a, int nranks) {
+  size_t bytes = a.count * datatypeSize(a.datatype);
+  return a.type == CollType::ReduceScatter ? bytes * static_cast<size_t>(nranks) : bytes;
 }
 
 Status runNow(Communicator* comm, const CollArgs& a) {
@@ -134,24 +264,36 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     return invalidUsage(a.name, " on the GPU backend is not available in this release; set BRAID_BACKEND=host "
                         "to run collectives on the CPU");
   }
-  uint64_t seq = comm->nextCollectiveSeq();
+  Plan plan;
+  plan.seq = comm->nextCollectiveSeq();
   LogRankScope scope(comm->rank());
-  const bool oneShot = useOneShot(comm, a, datatypeSize(a.datatype));
-  BRAID_INFO(kLogColl, "%s #%llu count %zu datatype %d op %d root %d: %s, Simple, 1 channel", a.name,
-             static_cast<unsigned long long>(seq), a.count, static_cast<int>(a.datatype), static_cast<int>(a.op),
-             a.root, oneShot ? "one-shot" : "ring");
-  if (comm->nranks() > 1) {
-    if (oneShot) {
-      std::vector<int> all;
-      for (int p = 0; p < comm->nranks(); ++p) {
-        if (p != comm->rank()) all.push_back(p);
+  Status s = [&]() -> Status {
+    if (paramCheckColl.get() && comm->nranks() > 1) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
+    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype));
+    TuneInput in{a.type, tuneBytes(a, comm->nranks()), comm->nranks(), comm->nnodes(), comm->localRanks(),
+                 comm->hostChannels()};
+    plan.choice = selectAlgorithm(in);
+    // A channel gets at least a cache line's worth, so tiny counts use one.
+    const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));
+    plan.choice.nChannels = static_cast<int>(
+        std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(plan.choice.nChannels), (a.count + align - 1) / align)));
+    BRAID_INFO(kLogColl, "%s #%llu count %zu datatype %d op %d root %d: %s/%s, %d channel%s (estimated %.1f us)%s%s",
+               a.name, static_cast<unsigned long long>(plan.seq), a.count, static_cast<int>(a.datatype),
+               static_cast<int>(a.op), a.root, algoName(plan.choice.algo), protocolName(plan.choice.proto),
+               plan.choice.nChannels, plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
+               plan.choice.note.empty() ? "" : "; ", plan.choice.note.c_str());
+    if (comm->nranks() > 1) {
+      BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
+      if (plan.choice.algo == Algo::Direct) {
+        std::vector<int> all;
+        for (int p = 0; p < comm->nranks(); ++p) {
+          if (p != comm->rank()) all.push_back(p);
+        }
+        BRAID_CHECK(comm->ensureP2p(all, all));
       }
-      BRAID_CHECK(comm->ensureP2p(all, all));
-    } else {
-      BRAID_CHECK(comm->ensureRing());
     }
-  }
-  Status s = dispatch(comm, a, seq);
+    return dispatch(comm, a, plan);
+  }();
   if (!s.ok()) comm->setAsyncError(s);  // the communicator is unusable now: say so to every caller
   return s;
 }
@@ -161,6 +303,9 @@ Status runNow(Communicator* comm, const CollArgs& a) {
 Status enqueueCollective(Communicator* comm, const CollArgs& args) {
   if ((args.type == CollType::Broadcast || args.type == CollType::Reduce) && args.root >= comm->nranks()) {
     return invalidArgument("argument 'root' is ", args.root, "; the communicator has ", comm->nranks(), " ranks");
+  }
+  if (args.type != CollType::AllGather && args.type != CollType::Broadcast) {
+    BRAID_CHECK(comm->redOps().resolve(args.op, args.datatype));
   }
   if (groupDepth() > 0) {
     CollArgs copy = args;

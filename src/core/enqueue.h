@@ -1,14 +1,22 @@
 // From an API call to a running collective: group collection, then the
 // algorithm for the communicator's backend.
 //
-// Host backend: the calling thread runs the ring algorithm over host
-// primitives and returns when the result is in place (any stream argument is
-// treated as the null stream). Called from the API thread; a communicator is
-// used by one thread at a time, as in NCCL.
+// Host backend: the selector (src/tuning) picks algorithm, protocol and
+// channel count; the buffers are cut into one contiguous part per channel;
+// the calling thread runs channel 0 and the communicator's worker threads
+// the others, each running the algorithm over host primitives; the call
+// returns when the result is in place (any stream argument is treated as
+// the null stream). Called from the API thread; a communicator is used by
+// one thread at a time, as in NCCL.
+//
+// With BRAID_CHECK_COLL=1 every collective first compares its arguments and
+// sequence number across ranks (one bootstrap all-gather) and fails with a
+// message naming the ranks that disagree instead of hanging or corrupting.
 #pragma once
 
 #include <cstddef>
 
+#include "collectives/coll_type.h"
 #include "core/comm.h"
 
 namespace braid {
@@ -22,8 +30,6 @@ inline size_t datatypeSize(ncclDataType_t type) {
     default: return 8;
   }
 }
-
-enum class CollType { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce };
 
 struct CollArgs {
   CollType type;

@@ -28,6 +28,8 @@ std::vector<Deferred>& ops() {
 // One communicator's share of the group, in call order. The first failure is
 // reported; later operations still run so that peers are not left waiting.
 Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items) {
+  CommUse use;
+  BRAID_CHECK(use.acquire(comm));
   Status first;
   std::vector<P2pOp> batch;
   auto flush = [&] {

@@ -231,6 +231,7 @@ Status commFinalize(Communicator* comm) {
 
 Status commDestroy(Communicator* comm) {
   if (!unregisterComm(comm)) return invalidArgument("argument 'comm' is not a live communicator");
+  comm->waitUnused();
   destroyNow(comm);
   return okStatus();
 }
@@ -238,6 +239,7 @@ Status commDestroy(Communicator* comm) {
 Status commAbort(Communicator* comm) {
   if (!unregisterComm(comm)) return invalidArgument("argument 'comm' is not a live communicator");
   comm->stopInit(/*abort=*/true);
+  comm->waitUnused();  // operations on other threads see the flag and return
   delete static_cast<ncclComm*>(comm);
   return okStatus();
 }

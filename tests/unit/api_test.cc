@@ -140,12 +140,41 @@ TEST(Api, BadInputTable) {
 
 TEST(Api, FeaturesNotBuiltSaySo) {
   ASSERT_NE(liveComm(), nullptr);
-  ncclRedOp_t op;
-  float scalar = 2;
-  EXPECT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, liveComm()), ncclInvalidUsage);
+  float buf[4];
+  void* handle = nullptr;
+  EXPECT_EQ(ncclCommRegister(liveComm(), buf, sizeof(buf), &handle), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
   // The communicator keeps its own last error too.
-  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclRedOpCreatePreMulSum"), std::string::npos);
+  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclCommRegister"), std::string::npos);
+}
+
+TEST(Api, PreMulSumOperators) {
+  float in[3] = {1, 2, 3}, out[3] = {};
+  float immediate = 2, pointed = 3;
+  ncclRedOp_t byValue, byPointer;
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&byValue, &immediate, ncclFloat, ncclScalarHostImmediate, liveComm()),
+            ncclSuccess);
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&byPointer, &pointed, ncclFloat, ncclScalarDevice, liveComm()), ncclSuccess);
+  EXPECT_GE(static_cast<int>(byValue), static_cast<int>(ncclNumOps));
+  EXPECT_NE(byValue, byPointer);
+  immediate = 100;  // copied at creation: no effect
+  ASSERT_EQ(ncclAllReduce(in, out, 3, ncclFloat, byValue, liveComm(), nullptr), ncclSuccess);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], 2 * in[i]);
+  pointed = 5;  // read when the collective runs
+  ASSERT_EQ(ncclAllReduce(in, out, 3, ncclFloat, byPointer, liveComm(), nullptr), ncclSuccess);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], 5 * in[i]);
+  // Made for float: another datatype is refused, naming both.
+  double d[3] = {};
+  EXPECT_EQ(ncclAllReduce(d, d, 3, ncclDouble, byValue, liveComm(), nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclFloat32"), std::string::npos);
+  ASSERT_EQ(ncclRedOpDestroy(byValue, liveComm()), ncclSuccess);
+  EXPECT_EQ(ncclRedOpDestroy(byValue, liveComm()), ncclInvalidArgument);  // twice
+  EXPECT_EQ(ncclAllReduce(in, out, 3, ncclFloat, byValue, liveComm(), nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("live operator"), std::string::npos);
+  EXPECT_EQ(ncclRedOpDestroy(byPointer, liveComm()), ncclSuccess);
+  ncclRedOp_t op;
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&op, &immediate, ncclFloat, static_cast<ncclScalarResidence_t>(7), liveComm()),
+            ncclInvalidArgument);
 }
 
 TEST(Api, SingleRankCollectivesCopy) {

@@ -15,9 +15,12 @@ namespace braid {
 
 class Backoff {
  public:
-  enum class Result { Ready, Aborted, TimedOut };
+  enum class Result { Ready, Aborted, TimedOut, Cancelled };
 
-  Backoff(const std::atomic<bool>* abort, double timeoutSec) : abort_(abort), timeoutSec_(timeoutSec) {}
+  // `cancel` (optional) stops the wait like abort, for a reason of the
+  // caller's (another channel of the same collective failed).
+  Backoff(const std::atomic<bool>* abort, double timeoutSec, const std::atomic<bool>* cancel = nullptr)
+      : abort_(abort), cancel_(cancel), timeoutSec_(timeoutSec) {}
 
   // Waits until ready() is true, the abort flag rises or the deadline passes.
   template <typename Ready>
@@ -40,6 +43,7 @@ class Backoff {
       return Result::Ready;
     }
     if (abort_ != nullptr && abort_->load(std::memory_order_relaxed)) return Result::Aborted;
+    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) return Result::Cancelled;
     const Clock::time_point now = Clock::now();
     if (now - start_ > timeout()) return Result::TimedOut;
     const auto waited = now - start_;
@@ -70,6 +74,7 @@ class Backoff {
   }
 
   const std::atomic<bool>* abort_;
+  const std::atomic<bool>* cancel_;
   double timeoutSec_;
   Clock::time_point start_ = Clock::now();
   uint64_t spins_ = 0;

@@ -1,20 +1,31 @@
 // Host primitives: the verbs the collective algorithms are written in
-// (send, recv, recvReduceSend, ...), driving connectors with C++ atomics.
+// (send, recv, recvReduceSend, ...), driving connectors with C++ atomics in
+// either protocol (Simple or LL, transports/transport.h).
 //
-// One call is one FIFO step of at most maxElems() elements. Both ends of a
-// connector must make matching calls with matching sizes; the receiver
-// checks the size and the step in the slot header and fails loudly if the
-// ranks disagree. Waits spin, then yield, then sleep, and watch the abort
-// flag and a deadline, so many ranks on few cores progress and a stuck peer
-// becomes an error naming it. After the first error every call is a no-op
-// and status() reports it. Used by one thread.
+// A primitives object has up to kMaxPrimsPeers send and receive
+// connectors: a ring has one of each, a tree node receives from its
+// children and sends to its parent, the one-shot all-reduce talks to every
+// peer. "Received" data is the reduction of what every receive connector
+// delivered, in connector order, with the rank's own input inserted at
+// `localPos` where a verb reduces it in; every send connector gets the
+// same result. The rank's own input passes through Op::pre (PreMulSum's
+// scaling) where it enters a reduction or is sent by `send`; copySend and
+// recvCopySend move data unchanged.
+//
+// One call is one FIFO step of at most maxElems() elements on every
+// connector. Both ends of a connector make matching calls with matching
+// sizes; the receiver checks the size (and, with Simple, the step) and fails
+// loudly if the ranks disagree. Waits spin, then yield, then sleep, and
+// watch the abort flag and a deadline, so many ranks on few cores progress
+// and a stuck peer becomes an error naming it. After the first error every
+// call is a no-op and status() reports it. Used by one thread.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "exec/host/backoff.h"
 #include "transports/transport.h"
@@ -23,88 +34,159 @@
 
 namespace braid {
 
+constexpr int kMaxPrimsPeers = 8;
+
+// Told when a wait of a channel times out, before the error is returned
+// (the communicator dumps its FIFO state there when asked to).
+class StallListener {
+ public:
+  virtual void onStall(int channel) = 0;
+
+ protected:
+  ~StallListener() = default;
+};
+
 struct PrimsContext {
   const std::atomic<bool>* abort = nullptr;
+  const std::atomic<bool>* cancel = nullptr;  // raised when another channel of the collective failed
   double timeoutSec = 300;
-  int sendPeer = -1;  // for messages
-  int recvPeer = -1;
   int channel = 0;
   const char* collective = "";  // the API name; messages add " #seq"
   uint64_t seq = 0;
+  StallListener* stall = nullptr;
 };
 
-template <typename T, typename Op>
-class HostPrims {
- public:
-  HostPrims(Connector* send, Connector* recv, const PrimsContext& ctx)
-      : send_(send), recv_(recv), ctx_(ctx), backoff_(ctx.abort, ctx.timeoutSec) {}
+struct PeerConnector {
+  Connector* conn;
+  int peer;  // for messages
+};
 
-  size_t maxElems() const { return send_->slotBytes / sizeof(T); }
+namespace detail {
+// Per-thread staging for LL steps: LL slots interleave data and flags, so
+// data is packed from and unpacked into here. Grows once, never shrinks.
+inline char* llStaging(size_t bytes) {
+  thread_local std::vector<uint64_t> buffer;
+  if (buffer.size() * 8 < bytes) buffer.resize((bytes + 7) / 8);
+  return reinterpret_cast<char*>(buffer.data());
+}
+}  // namespace detail
+
+template <typename T, typename Op, Protocol P = Protocol::Simple>
+class HostPrims {
+  static_assert(P == Protocol::Simple || P == Protocol::LL, "the host speaks Simple and LL");
+  static constexpr size_t kLLDataBytes = (kLLSlotBytes / 8 - 1) * 4;  // one header unit per slot
+
+ public:
+  // `localPos` is where the rank's own input goes among the received
+  // inputs of a reduction (default: last).
+  HostPrims(const PeerConnector* sends, int nsend, const PeerConnector* recvs, int nrecv, const PrimsContext& ctx,
+            Op op = Op(), int localPos = -1)
+      : nsend_(nsend), nrecv_(nrecv), localPos_(localPos < 0 ? nrecv : localPos), ctx_(ctx), op_(op),
+        backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel) {
+    for (int i = 0; i < nsend; ++i) sends_[i] = sends[i];
+    for (int i = 0; i < nrecv; ++i) recvs_[i] = recvs[i];
+  }
+  // One sender and one receiver (a ring).
+  HostPrims(PeerConnector send, PeerConnector recv, const PrimsContext& ctx, Op op = Op())
+      : HostPrims(&send, send.conn ? 1 : 0, &recv, recv.conn ? 1 : 0, ctx, op) {}
+
+  size_t maxElems() const {
+    size_t bytes = P == Protocol::LL ? kLLDataBytes : slotBytes();
+    return bytes / sizeof(T);
+  }
   const Status& status() const { return status_; }
   bool failed() const { return !status_.ok(); }
 
-  void send(const T* src, size_t n) {
-    T* out = acquireSend(n);
-    if (out == nullptr) return;
-    copy(out, src, n);
-    postSend(n);
-  }
-  void recv(T* dst, size_t n) {
-    const T* in = acquireRecv(n);
-    if (in == nullptr) return;
-    copy(dst, in, n);
-    releaseRecv();
-  }
-  // Sends op(received, src) on.
-  void recvReduceSend(const T* src, size_t n) {
-    const T* in = acquireRecv(n);
-    T* out = in ? acquireSend(n) : nullptr;
-    if (out == nullptr) return;
-    reduce(out, in, src, n);
-    postSend(n);
-    releaseRecv();
-  }
-  // dst = op(received, src), and sends dst on.
-  void recvReduceCopySend(const T* src, T* dst, size_t n) {
-    const T* in = acquireRecv(n);
-    T* out = in ? acquireSend(n) : nullptr;
-    if (out == nullptr) return;
-    reduce(dst, in, src, n);
-    copy(out, dst, n);
-    postSend(n);
-    releaseRecv();
-  }
-  // dst = op(received, src); nothing is sent.
-  void recvReduceCopy(const T* src, T* dst, size_t n) {
-    const T* in = acquireRecv(n);
-    if (in == nullptr) return;
-    reduce(dst, in, src, n);
-    releaseRecv();
-  }
-  // dst = received, and sends it on.
-  void recvCopySend(T* dst, size_t n) {
-    const T* in = acquireRecv(n);
-    T* out = in ? acquireSend(n) : nullptr;
-    if (out == nullptr) return;
-    copy(dst, in, n);
-    copy(out, in, n);
-    postSend(n);
-    releaseRecv();
-  }
-  // dst = src (unless they are the same buffer), and sends src.
-  void copySend(const T* src, T* dst, size_t n) {
-    if (src != dst) copy(dst, src, n);
-    send(src, n);
-  }
+  void send(const T* src, size_t n) { step(src, true, false, nullptr, true, n); }
+  void recv(T* dst, size_t n) { step(nullptr, false, true, dst, false, n); }
+  void recvReduceSend(const T* src, size_t n) { step(src, true, true, nullptr, true, n); }
+  void recvReduceCopySend(const T* src, T* dst, size_t n) { step(src, true, true, dst, true, n); }
+  void recvReduceCopy(const T* src, T* dst, size_t n) { step(src, true, true, dst, false, n); }
+  void recvCopySend(T* dst, size_t n) { step(nullptr, false, true, dst, true, n); }
+  void copySend(const T* src, T* dst, size_t n) { step(src, false, false, src == dst ? nullptr : dst, true, n); }
 
  private:
-  // memcpy of n elements; a zero-length step may come with null buffers.
-  static void copy(T* dst, const T* src, size_t n) {
-    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
+  size_t slotBytes() const {
+    size_t bytes = ~size_t(0);
+    for (int i = 0; i < nsend_; ++i) bytes = std::min(bytes, sends_[i].conn->slotBytes);
+    for (int i = 0; i < nrecv_; ++i) bytes = std::min(bytes, recvs_[i].conn->slotBytes);
+    return bytes;
   }
-  static void reduce(T* out, const T* a, const T* b, size_t n) {
-    Op op;
-    for (size_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+
+  // One step: the result of (received inputs, the local input `src`) goes
+  // to `dst` and, with `toSend`, to every send connector.
+  void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, size_t n) {
+    if (failed()) return;
+    if (n > maxElems()) {
+      status_ = internalError("a step of ", n, " elements exceeds the ", maxElems(), " a slot holds");
+      return;
+    }
+    const T* in[kMaxPrimsPeers + 1];
+    bool pre[kMaxPrimsPeers + 1];
+    int nin = 0;
+    if (fromRecv) {
+      for (int i = 0; i < nrecv_; ++i) {
+        if (src != nullptr && i == localPos_) in[nin] = src, pre[nin++] = srcPre;
+        if ((in[nin] = acquireRecv(i, n)) == nullptr) return;
+        pre[nin++] = false;
+      }
+      if (src != nullptr && localPos_ >= nrecv_) in[nin] = src, pre[nin++] = srcPre;
+    } else {
+      in[nin] = src;
+      pre[nin++] = srcPre;
+    }
+    T* out[kMaxPrimsPeers];
+    int nout = toSend ? nsend_ : 0;
+    for (int i = 0; i < nout; ++i) {
+      if ((out[i] = acquireSend(i)) == nullptr) return;
+    }
+    T* target = dst != nullptr ? dst : (nout > 0 ? out[0] : nullptr);
+    if (target != nullptr && n > 0) combine(target, in, pre, nin, n);
+    for (int i = 0; i < nout; ++i) {
+      if (out[i] != target && n > 0) std::memcpy(out[i], target, n * sizeof(T));
+      postSend(i, out[i], n);
+    }
+    if (fromRecv) {
+      for (int i = 0; i < nrecv_; ++i) releaseRecv(i);
+    }
+  }
+
+  // target = in[0] op in[1] op ..., each input through Op::pre where flagged.
+  void combine(T* target, const T* const* in, const bool* pre, int nin, size_t n) {
+    const bool anyPre = Op::kHasPre && (pre[0] || (nin > 1 && pre[1]));
+    if (nin == 1 && !anyPre) {
+      if (target != in[0]) std::memcpy(target, in[0], n * sizeof(T));
+      return;
+    }
+    if (nin == 1) {
+      for (size_t i = 0; i < n; ++i) target[i] = op_.pre(in[0][i]);
+      return;
+    }
+    bool aliased = false;  // a later input is the target (in place): fold element by element
+    for (int k = 2; k < nin; ++k) aliased |= in[k] == target;
+    if (aliased) {
+      for (size_t i = 0; i < n; ++i) {
+        T acc = pre[0] ? op_.pre(in[0][i]) : in[0][i];
+        for (int k = 1; k < nin; ++k) acc = op_(acc, pre[k] ? op_.pre(in[k][i]) : in[k][i]);
+        target[i] = acc;
+      }
+      return;
+    }
+    if (Op::kHasPre && pre[0]) {
+      for (size_t i = 0; i < n; ++i) target[i] = op_(op_.pre(in[0][i]), in[1][i]);
+    } else if (Op::kHasPre && pre[1]) {
+      for (size_t i = 0; i < n; ++i) target[i] = op_(in[0][i], op_.pre(in[1][i]));
+    } else {
+      for (size_t i = 0; i < n; ++i) target[i] = op_(in[0][i], in[1][i]);
+    }
+    for (int k = 2; k < nin; ++k) {
+      const T* b = in[k];
+      if (Op::kHasPre && pre[k]) {
+        for (size_t i = 0; i < n; ++i) target[i] = op_(target[i], op_.pre(b[i]));
+      } else {
+        for (size_t i = 0; i < n; ++i) target[i] = op_(target[i], b[i]);
+      }
+    }
   }
 
   template <typename Ready>
@@ -113,7 +195,10 @@ class HostPrims {
     if (r == Backoff::Result::Ready) return true;
     if (r == Backoff::Result::Aborted) {
       status_ = invalidUsage(what_(), " was aborted (ncclCommAbort)");
+    } else if (r == Backoff::Result::Cancelled) {
+      status_ = internalError(what_(), ": channel ", ctx_.channel, " stopped because another channel failed");
     } else {
+      if (ctx_.stall != nullptr) ctx_.stall->onStall(ctx_.channel);
       status_ = remoteError(what_(), ": no progress for ", ctx_.timeoutSec, " s on channel ", ctx_.channel,
                             " waiting for rank ", peer, " ", what, " (step ", step,
                             "); that rank may have died or be stuck");
@@ -121,55 +206,103 @@ class HostPrims {
     return false;
   }
 
-  T* acquireSend(size_t n) {
-    if (failed()) return nullptr;
-    if (n * sizeof(T) > send_->slotBytes) {
-      status_ = internalError("step of ", n * sizeof(T), " bytes exceeds the slot size");
-      return nullptr;
-    }
-    Connector* c = send_;
+  T* acquireSend(int i) {
+    Connector* c = sends_[i].conn;
     uint64_t step = c->step;
     if (!waitUntil([c, step] { return c->counters->head.load(std::memory_order_acquire) + kConnectorSteps > step; },
-                   "to free a slot", ctx_.sendPeer, step)) {
+                   "to free a slot", sends_[i].peer, step)) {
       return nullptr;
     }
+    if (P == Protocol::LL) return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLDataBytes));
     return reinterpret_cast<T*>(c->payload(step));
   }
-  void postSend(size_t n) {
-    Connector* c = send_;
-    SlotHeader* h = c->header(c->step);
-    h->bytes = n * sizeof(T);
-    h->step = c->step;
+
+  void postSend(int i, const T* data, size_t n) {
+    Connector* c = sends_[i].conn;
+    const uint64_t bytes = n * sizeof(T);
+    if (P == Protocol::LL) {
+      std::atomic<uint64_t>* units = c->llUnits(c->step);
+      const uint64_t flag = (c->step + 1) << 32;
+      const char* p = reinterpret_cast<const char*>(data);
+      const size_t whole = bytes / 4;
+      for (size_t u = 0; u < whole; ++u) {
+        uint32_t d;
+        std::memcpy(&d, p + 4 * u, 4);
+        units[1 + u].store(flag | d, std::memory_order_relaxed);
+      }
+      if (bytes % 4 != 0) {
+        uint32_t d = 0;
+        std::memcpy(&d, p + 4 * whole, bytes % 4);
+        units[1 + whole].store(flag | d, std::memory_order_relaxed);
+      }
+      units[0].store(flag | bytes, std::memory_order_release);
+    } else {
+      SlotHeader* h = c->header(c->step);
+      h->bytes = bytes;
+      h->step = c->step;
+    }
     c->counters->tail.store(++c->step, std::memory_order_release);
   }
-  const T* acquireRecv(size_t n) {
-    if (failed()) return nullptr;
-    Connector* c = recv_;
-    uint64_t step = c->step;
+
+  const T* acquireRecv(int i, size_t n) {
+    Connector* c = recvs_[i].conn;
+    const int peer = recvs_[i].peer;
+    const uint64_t step = c->step, want = n * sizeof(T);
+    if (P == Protocol::LL) {
+      std::atomic<uint64_t>* units = c->llUnits(step);
+      const uint64_t flag = (step + 1) & 0xffffffffu;
+      uint64_t unit = 0;
+      auto arrived = [&](std::atomic<uint64_t>& u) {
+        unit = u.load(std::memory_order_acquire);
+        return (unit >> 32) == flag;
+      };
+      if (!waitUntil([&] { return arrived(units[0]); }, "to send data", peer, step)) return nullptr;
+      if ((unit & 0xffffffffu) != want) return mismatch(peer, unit & 0xffffffffu, step, want);
+      char* stage = detail::llStaging((kMaxPrimsPeers + 2) * kLLDataBytes) + (1 + i) * kLLDataBytes;
+      for (size_t u = 0; u * 4 < want; ++u) {
+        if (!arrived(units[1 + u]) && !waitUntil([&] { return arrived(units[1 + u]); }, "to send data", peer, step)) {
+          return nullptr;
+        }
+        const uint32_t d = static_cast<uint32_t>(unit);
+        std::memcpy(stage + 4 * u, &d, std::min<uint64_t>(4, want - 4 * u));
+      }
+      return reinterpret_cast<const T*>(stage);
+    }
     if (!waitUntil([c, step] { return c->counters->tail.load(std::memory_order_acquire) > step; }, "to send data",
-                   ctx_.recvPeer, step)) {
+                   peer, step)) {
       return nullptr;
     }
     const SlotHeader* h = c->header(step);
-    if (h->step != step || h->bytes != n * sizeof(T)) {
-      status_ = invalidUsage(what_(), ": rank ", ctx_.recvPeer, " sent ", h->bytes, " bytes at step ", h->step,
-                             " where this rank expected ", n * sizeof(T), " bytes at step ", step,
-                             " (the ranks called different collectives, counts or types)");
-      return nullptr;
-    }
+    if (h->step != step || h->bytes != want) return mismatch(peer, h->bytes, h->step, want);
     return reinterpret_cast<const T*>(c->payload(step));
   }
-  void releaseRecv() {
-    Connector* c = recv_;
+
+  const T* mismatch(int peer, uint64_t bytes, uint64_t theirStep, uint64_t want) {
+    status_ = invalidUsage(what_(), ": rank ", peer, " sent ", bytes, " bytes at step ", theirStep,
+                           " where this rank expected ", want, " bytes at step ", recvStepOf(peer),
+                           " (the ranks called different collectives, counts or types)");
+    return nullptr;
+  }
+  uint64_t recvStepOf(int peer) const {
+    for (int i = 0; i < nrecv_; ++i) {
+      if (recvs_[i].peer == peer) return recvs_[i].conn->step;
+    }
+    return 0;
+  }
+
+  void releaseRecv(int i) {
+    Connector* c = recvs_[i].conn;
     c->counters->head.store(++c->step, std::memory_order_release);
   }
 
   // "ncclAllReduce #12", built only for error messages.
   std::string what_() const { return strCat(ctx_.collective, " #", ctx_.seq); }
 
-  Connector* send_;
-  Connector* recv_;
+  PeerConnector sends_[kMaxPrimsPeers] = {};
+  PeerConnector recvs_[kMaxPrimsPeers] = {};
+  int nsend_, nrecv_, localPos_;
   PrimsContext ctx_;
+  Op op_;
   Backoff backoff_;
   Status status_;
 };

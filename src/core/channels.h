@@ -1,0 +1,59 @@
+// A communicator's channels: the connectors one collective's share runs
+// over (DESIGN.md §3). Channel c has a ring (rank -> rank+1) and, once a
+// tree algorithm ran, its tree links (tree c % 2 of the double binary tree)
+// with an up and a down connector per tree neighbour. Connectors are set up
+// on first use, which every rank reaches in the same collective, so all
+// ranks connect the same channels together. Each channel also counts the
+// collectives issued to it and completed, so a stuck rank can be found.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "topology/trees.h"
+#include "transports/shm/shm_transport.h"
+#include "tuning/tuning.h"
+
+namespace braid {
+
+struct TreeConnectors {
+  TreeLinks links;
+  std::unique_ptr<ShmEnd> upSend, downRecv;  // with the parent
+  std::unique_ptr<ShmEnd> upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];  // with each child
+};
+
+struct Channel {
+  int id = 0;
+  std::unique_ptr<ShmLink> ring;
+  std::unique_ptr<TreeConnectors> tree;
+  std::atomic<uint64_t> issued{0}, completed{0};
+};
+
+class ChannelSet {
+ public:
+  // `nodeOf[r]`: node index of rank r (ranks of one host share one).
+  ChannelSet(bootstrap::Bootstrap* bs, std::vector<int> nodeOf, size_t slotBytes)
+      : bs_(bs), nodeOf_(std::move(nodeOf)), slotBytes_(slotBytes) {}
+
+  // Connects what `algo` needs on channels 0..n-1 (collective: every rank
+  // calls it with the same arguments). Direct needs only the channels'
+  // counters (it runs over the point-to-point connectors).
+  Status ensure(Algo algo, int n);
+  Channel& operator[](int c) { return *channels_[static_cast<size_t>(c)]; }
+  int connected() const { return static_cast<int>(channels_.size()); }
+
+  // Every channel's counters and FIFO state, one log line per connector (WARN).
+  void dump(int stalledChannel) const;
+
+ private:
+  Status connectTree(Channel* ch);
+
+  bootstrap::Bootstrap* bs_;
+  std::vector<int> nodeOf_;
+  size_t slotBytes_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+};
+
+}  // namespace braid

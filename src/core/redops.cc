@@ -1,0 +1,83 @@
+#include "core/redops.h"
+
+#include <cstring>
+
+#include "core/enqueue.h"
+
+namespace braid {
+
+const char* datatypeName(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: return "ncclInt8";
+    case ncclUint8: return "ncclUint8";
+    case ncclInt32: return "ncclInt32";
+    case ncclUint32: return "ncclUint32";
+    case ncclInt64: return "ncclInt64";
+    case ncclUint64: return "ncclUint64";
+    case ncclFloat16: return "ncclFloat16";
+    case ncclFloat32: return "ncclFloat32";
+    case ncclFloat64: return "ncclFloat64";
+    case ncclBfloat16: return "ncclBfloat16";
+    case ncclFloat8e4m3: return "ncclFloat8e4m3";
+    case ncclFloat8e5m2: return "ncclFloat8e5m2";
+    default: return "an invalid datatype";
+  }
+}
+
+Status RedOpTable::create(const void* scalar, ncclDataType_t type, ncclScalarResidence_t residence,
+                          ncclRedOp_t* out) {
+  Entry e;
+  e.live = true;
+  e.type = type;
+  e.residence = residence;
+  if (residence == ncclScalarHostImmediate) {
+    std::memcpy(e.value.bytes, scalar, datatypeSize(type));
+  } else {
+    e.pointer = scalar;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ops_.size() >= static_cast<size_t>(ncclMaxRedOp) - ncclNumOps) {
+    return invalidUsage("too many reduction operators were created on this communicator");
+  }
+  ops_.push_back(e);
+  *out = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(ops_.size()) - 1);
+  return okStatus();
+}
+
+Status RedOpTable::destroy(ncclRedOp_t op) {
+  const int raw = static_cast<int>(op);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t index = static_cast<size_t>(raw - ncclNumOps);
+  if (raw < ncclNumOps || index >= ops_.size() || !ops_[index].live) {
+    return invalidArgument("argument 'op' (", raw, ") is not a live operator of this communicator: it was destroyed ",
+                           "already, belongs to another communicator, or is built in");
+  }
+  ops_[index].live = false;
+  return okStatus();
+}
+
+Status RedOpTable::resolve(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar) const {
+  const int raw = static_cast<int>(op);
+  if (raw < ncclNumOps) return okStatus();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t index = static_cast<size_t>(raw - ncclNumOps);
+  if (index >= ops_.size() || !ops_[index].live) {
+    return invalidArgument("argument 'op' is ", raw, ", which is neither a built-in ncclRedOp_t nor a live operator ",
+                           "created by ncclRedOpCreatePreMulSum on this communicator");
+  }
+  const Entry& e = ops_[index];
+  if (e.type != type) {
+    return invalidArgument("argument 'op' (", raw, ") was created for ", datatypeName(e.type),
+                           " but the call's datatype is ", datatypeName(type));
+  }
+  if (scalar != nullptr) {
+    if (e.residence == ncclScalarHostImmediate) {
+      *scalar = e.value;
+    } else {
+      std::memcpy(scalar->bytes, e.pointer, datatypeSize(type));
+    }
+  }
+  return okStatus();
+}
+
+}  // namespace braid

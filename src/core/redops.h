@@ -1,0 +1,48 @@
+// Custom reduction operators of a communicator (ncclRedOpCreatePreMulSum).
+//
+// An operator is sum over ranks of scalar x input, for one datatype. The
+// scalar is either copied at creation (ncclScalarHostImmediate) or read
+// from the caller's memory each time a collective using it runs
+// (ncclScalarDevice; on the host backend that memory is host memory).
+// Handles are ncclNumOps + index and are never reused, so a destroyed
+// operator stays an error rather than silently naming a newer one.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "nccl.h"
+#include "util/status.h"
+
+namespace braid {
+
+// A scalar's bytes (the datatype's width, at most 8).
+struct ScalarBits {
+  alignas(8) unsigned char bytes[8] = {};
+};
+
+class RedOpTable {
+ public:
+  Status create(const void* scalar, ncclDataType_t type, ncclScalarResidence_t residence, ncclRedOp_t* out);
+  Status destroy(ncclRedOp_t op);
+  // Checks that `op` is live and made for `type`; with `scalar`, also reads
+  // its scalar now (a collective about to run).
+  Status resolve(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar = nullptr) const;
+
+ private:
+  struct Entry {
+    bool live = false;
+    ncclDataType_t type = ncclFloat32;
+    ncclScalarResidence_t residence = ncclScalarHostImmediate;
+    ScalarBits value;               // host-immediate
+    const void* pointer = nullptr;  // device (read at run time)
+  };
+  mutable std::mutex mutex_;
+  std::vector<Entry> ops_;
+};
+
+// The name of a datatype as NCCL's docs spell it ("ncclFloat32"), for messages.
+const char* datatypeName(ncclDataType_t type);
+
+}  // namespace braid

@@ -1,0 +1,216 @@
+#include "tuning/tuning.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <vector>
+
+#include "util/param.h"
+#include "util/strings.h"
+
+namespace braid {
+namespace {
+
+// Names NCCL_ALGO accepts: Braid's algorithms first (in Algo order), then
+// NCCL's that Braid does not have.
+const char* const kAlgoNames[] = {"Ring", "Tree", "Direct", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+const char* const kProtoNames[] = {"Simple", "LL", "LL128"};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t end = s.find(sep, start);
+    parts.push_back(trim(s.substr(start, end == std::string::npos ? std::string::npos : end - start)));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
+}
+
+// Parsers run under the parameter registry's lock: no logging, so no
+// BRAID_CHECK (it logs) in them.
+
+// One list ("Ring,Tree" or "^Tree") into allowed[0..n).
+Status parseList(const std::string& list, const char* const* names, int n, const char* what, bool* allowed) {
+  std::string body = trim(list);
+  const bool exclude = !body.empty() && body[0] == '^';
+  if (exclude) body = body.substr(1);
+  for (int i = 0; i < n; ++i) allowed[i] = exclude;
+  for (const std::string& name : split(body, ',')) {
+    if (name.empty()) continue;
+    int found = -1;
+    for (int i = 0; i < n; ++i) {
+      if (lower(name) == lower(names[i])) found = i;
+    }
+    if (found < 0) {
+      std::string known;
+      for (int i = 0; i < n; ++i) known += strCat(i ? ", " : "", names[i]);
+      return invalidArgument("unknown ", what, " '", name, "' (known: ", known, ")");
+    }
+    allowed[found] = !exclude;
+  }
+  return okStatus();
+}
+
+Status parseFilter(const std::string& text, const char* const* names, int n, const char* what, AlgoFilter* out) {
+  for (auto& row : out->allowed) std::fill(std::begin(row), std::end(row), true);
+  if (trim(text).empty()) return okStatus();
+  if (text.find(':') == std::string::npos) {
+    for (auto& row : out->allowed) {
+      Status s = parseList(text, names, n, what, row);
+      if (!s.ok()) return s;
+    }
+    return okStatus();
+  }
+  for (const std::string& entry : split(text, ';')) {
+    if (entry.empty()) continue;
+    size_t colon = entry.find(':');
+    if (colon == std::string::npos) {
+      return invalidArgument("'", entry, "' is not of the form collective:", what, "s (e.g. allreduce:ring,tree)");
+    }
+    std::string key = lower(trim(entry.substr(0, colon)));
+    int coll = -1;
+    for (int c = 0; c < kNumCollTypes; ++c) {
+      if (key == collTypeKey(static_cast<CollType>(c))) coll = c;
+    }
+    if (coll < 0) {
+      return invalidArgument("unknown collective '", key, "' (known: allreduce, allgather, reducescatter, broadcast, reduce)");
+    }
+    Status s = parseList(entry.substr(colon + 1), names, n, what, out->allowed[coll]);
+    if (!s.ok()) return s;
+  }
+  return okStatus();
+}
+
+Status validateAlgo(const std::string& text) {
+  AlgoFilter f;
+  return parseAlgoFilter(text, &f);
+}
+Status validateProto(const std::string& text) {
+  AlgoFilter f;
+  return parseProtoFilter(text, &f);
+}
+
+StringParam paramAlgo("ALGO", "",
+                      "Algorithms collectives may use: a list (Ring,Tree,Direct), an exclusion (^Tree) or per "
+                      "collective (allreduce:tree;broadcast:ring); empty lets the selector choose",
+                      {}, &validateAlgo);
+StringParam paramProto("PROTO", "",
+                       "Protocols collectives may use: a list (Simple,LL,LL128), an exclusion (^LL) or per "
+                       "collective; the host backend speaks Simple and LL",
+                       {}, &validateProto);
+IntParam paramMinChannels("MIN_NCHANNELS", 1, "Fewest channels a collective runs on");
+IntParam paramMaxChannels("MAX_NCHANNELS", 0,
+                          "Most channels a collective runs on (0: as many as the machine affords: on the host "
+                          "backend, cores per local rank, at most 16)");
+
+// Host backend constants (microseconds, bytes per microsecond and channel).
+struct ProtoCost {
+  double stepUs;
+  double bytesPerUs;
+};
+constexpr ProtoCost kHostCost[] = {{0.40, 6000.0} /* Simple */, {0.20, 1500.0} /* LL */};
+// A channel is worth its thread only past this many bytes.
+constexpr double kBytesPerChannel = 512.0 * 1024;
+constexpr int kDirectMaxRanks = 8;
+
+double log2Ceil(int n) { return n <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(n))); }
+
+// Steps on the critical path and bytes through the busiest rank, or false
+// if the algorithm cannot run this collective here.
+bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
+  const double n = in.nranks, b = static_cast<double>(in.bytes);
+  switch (a) {
+    case Algo::Ring:
+      switch (in.coll) {
+        case CollType::AllReduce: *steps = 2 * (n - 1), *bytes = 2 * (n - 1) / n * b; return true;
+        case CollType::AllGather: *steps = n - 1, *bytes = (n - 1) * b; return true;
+        case CollType::ReduceScatter: *steps = n - 1, *bytes = (n - 1) / n * b; return true;
+        default: *steps = n - 1, *bytes = b; return true;  // broadcast, reduce: a pipelined chain
+      }
+    case Algo::Tree: {
+      if (in.coll != CollType::AllReduce) return false;
+      const double depth = (in.localRanks - 1) + log2Ceil(in.nnodes);
+      *steps = 2 * depth, *bytes = 2 * b;
+      return true;
+    }
+    case Algo::Direct:
+      if (in.coll != CollType::AllReduce || in.nnodes > 1 || in.nranks > kDirectMaxRanks) return false;
+      *steps = 1 + 0.3 * (n - 1), *bytes = (n - 1) * b;
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* algoName(Algo a) { return kAlgoNames[static_cast<int>(a)]; }
+
+const char* algoDescription(Algo a) {
+  switch (a) {
+    case Algo::Ring: return "ring: reduce-scatter then all-gather around a ring (pipelined chain for broadcast/reduce); best bandwidth";
+    case Algo::Tree: return "tree: reduce up then broadcast down; chains inside a node, a double binary tree across nodes";
+    default: return "direct (one-shot): every rank sends its input to every peer and reduces all in rank order; lowest latency, one node, at most 8 ranks";
+  }
+}
+
+bool algoImplements(Algo a, CollType c) { return a == Algo::Ring || c == CollType::AllReduce; }
+
+Status parseAlgoFilter(const std::string& text, AlgoFilter* out) {
+  return parseFilter(text, kAlgoNames, 8, "algorithm", out);
+}
+Status parseProtoFilter(const std::string& text, AlgoFilter* out) {
+  return parseFilter(text, kProtoNames, 3, "protocol", out);
+}
+
+TuneChoice selectAlgorithm(const TuneInput& in) {
+  // Parsed once per value (the parameters are read once; tests reload them).
+  static thread_local std::string algoText = "\x01", protoText = "\x01";
+  static thread_local AlgoFilter algos, protos;
+  std::string a = paramAlgo.get(), p = paramProto.get();
+  if (a != algoText) algoText = a, (void)parseAlgoFilter(a, &algos);  // validated at init
+  if (p != protoText) protoText = p, (void)parseProtoFilter(p, &protos);
+
+  int maxCh = std::clamp(in.maxChannels, 1, kMaxChannels);
+  if (paramMaxChannels.get() > 0) maxCh = std::min<int>(maxCh, static_cast<int>(paramMaxChannels.get()));
+  const int minCh = std::clamp<int>(static_cast<int>(paramMinChannels.get()), 1, kMaxChannels);
+  maxCh = std::max(maxCh, minCh);
+  const int c = static_cast<int>(in.coll);
+
+  TuneChoice best;
+  bool found = false;
+  for (int pass = 0; pass < 2 && !found; ++pass) {  // pass 1 ignores the environment
+    for (int ai = 0; ai < kNumAlgos; ++ai) {
+      for (int pi = 0; pi < 2; ++pi) {  // the host speaks Simple and LL
+        if (pass == 0 && (!algos.allowed[c][ai] || !protos.allowed[c][pi])) continue;
+        double steps = 0, bytes = 0;
+        if (!model(static_cast<Algo>(ai), in, &steps, &bytes)) continue;
+        int nch = 1;
+        if (ai != static_cast<int>(Algo::Direct)) {
+          nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kBytesPerChannel), minCh, maxCh);
+        }
+        const ProtoCost& cost = kHostCost[pi];
+        double us = steps * cost.stepUs + bytes / (cost.bytesPerUs * nch);
+        if (!found || us < best.estimatedUs) {
+          best.algo = static_cast<Algo>(ai);
+          best.proto = static_cast<Protocol>(pi);
+          best.nChannels = nch;
+          best.estimatedUs = us;
+          found = true;
+        }
+      }
+    }
+    if (!found && pass == 0) {
+      best.note = strCat("NCCL_ALGO='", algoText, "' and NCCL_PROTO='", protoText, "' allow nothing that runs ",
+                         collTypeKey(in.coll), " here; using the selector's choice");
+    }
+  }
+  return best;
+}
+
+}  // namespace braid

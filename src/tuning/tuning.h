@@ -1,0 +1,70 @@
+// The algorithm catalogue and the selector (DESIGN.md §6).
+//
+// Every algorithm of the catalogue has a name, a one-line description, the
+// collectives it implements and the conditions it needs. For one collective
+// the selector estimates, for every algorithm and protocol that applies and
+// that NCCL_ALGO / NCCL_PROTO allow,
+//     time = steps x latency(protocol) + bytes on the busiest link / bandwidth(protocol, channels)
+// and takes the fastest; the channel count grows with the message so each
+// channel has enough work (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS bound it).
+// When the environment allows nothing that applies (NCCL_ALGO=Tree for an
+// all-gather), the best unrestricted choice runs and the reason is logged.
+//
+// NCCL_ALGO and NCCL_PROTO take NCCL's forms: a comma list ("Ring,Tree"),
+// an exclusion ("^Tree"), or per collective ("allreduce:tree,ring;
+// broadcast:ring"); names ignore case. NCCL's algorithms that Braid does not
+// have (CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT) are accepted and
+// never chosen; an unknown name fails init naming the variable.
+//
+// Constants: host backend, measured on the 2-core CI machine and a 32-core
+// host (docs/performance.md) with the commit that set them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "collectives/coll_type.h"
+#include "transports/transport.h"
+#include "util/status.h"
+
+namespace braid {
+
+enum class Algo { Ring, Tree, Direct };
+constexpr int kNumAlgos = 3;
+const char* algoName(Algo a);
+const char* algoDescription(Algo a);
+// Whether the algorithm implements the collective at all.
+bool algoImplements(Algo a, CollType c);
+
+constexpr int kMaxChannels = 16;
+
+struct TuneInput {
+  CollType coll;
+  size_t bytes;      // bytes of one rank's input (all-gather: its block; reduce-scatter: all blocks)
+  int nranks;
+  int nnodes;        // hosts the ranks run on
+  int localRanks;    // ranks on this rank's host
+  int maxChannels;   // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
+};
+
+struct TuneChoice {
+  Algo algo = Algo::Ring;
+  Protocol proto = Protocol::Simple;
+  int nChannels = 1;
+  double estimatedUs = 0;
+  std::string note;  // why the environment's restriction was not followed, if it was not
+};
+
+// Chooses for one collective; never fails (Ring/Simple implements everything).
+TuneChoice selectAlgorithm(const TuneInput& in);
+
+// Parses a NCCL_ALGO / NCCL_PROTO value (exposed for the parameter
+// validators and tests). `allowed[c][x]` says whether collective c may use
+// algorithm (protocol) x.
+struct AlgoFilter {
+  bool allowed[kNumCollTypes][8];
+};
+Status parseAlgoFilter(const std::string& text, AlgoFilter* out);
+Status parseProtoFilter(const std::string& text, AlgoFilter* out);
+
+}  // namespace braid

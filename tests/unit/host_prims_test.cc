@@ -1,0 +1,237 @@
+// Host primitives and the algorithms over them, with ranks as threads of
+// one process and connectors in plain memory: both protocols, several
+// peers per step, PreMulSum, in-place, and every failure path.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "collectives/direct.h"
+#include "collectives/ring.h"
+#include "collectives/tree.h"
+#include "exec/host/host_prims.h"
+#include "exec/reduce_ops.h"
+#include "topology/trees.h"
+
+namespace braid {
+namespace {
+
+// Connectors between threads: one zeroed block of connector memory per
+// (sender, receiver, tag).
+class Fabric {
+ public:
+  explicit Fabric(size_t slotBytes) : slotBytes_(slotBytes) {}
+  // Both ends get their own Connector (each keeps its own step).
+  PeerConnector sendTo(int from, int to, int tag = 0) { return {&end(from, to, tag, true), to}; }
+  PeerConnector recvFrom(int to, int from, int tag = 0) { return {&end(from, to, tag, false), from}; }
+
+ private:
+  struct Pair {
+    std::unique_ptr<uint64_t[]> memory;
+    Connector send, recv;
+  };
+  Connector& end(int from, int to, int tag, bool sender) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pair& p = pairs_[{from, to, tag}];
+    if (!p.memory) {
+      size_t words = (ConnectorMemory::sizeFor(slotBytes_) + 7) / 8;
+      p.memory.reset(new uint64_t[words]());
+      new (p.memory.get()) ConnectorCounters();
+      p.send = Connector::over(p.memory.get(), slotBytes_);
+      p.recv = Connector::over(p.memory.get(), slotBytes_);
+    }
+    return sender ? p.send : p.recv;
+  }
+  size_t slotBytes_;
+  std::mutex mutex_;
+  std::map<std::tuple<int, int, int>, Pair> pairs_;
+};
+
+PrimsContext context(double timeout = 20) {
+  PrimsContext ctx;
+  ctx.timeoutSec = timeout;
+  ctx.collective = "test";
+  return ctx;
+}
+
+void runThreads(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
+  for (auto& t : threads) t.join();
+}
+
+template <Protocol P>
+void ringAllReduceCase(int n, size_t count, size_t chunk) {
+  Fabric fabric(256);
+  std::vector<std::vector<float>> out(static_cast<size_t>(n), std::vector<float>(count));
+  std::vector<Status> status(static_cast<size_t>(n));
+  runThreads(n, [&](int r) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((r * 7 + i * 3) % 11);
+    HostPrims<float, OpSum, P> p(fabric.sendTo(r, (r + 1) % n), fabric.recvFrom(r, (r - 1 + n) % n), context());
+    coll::ringAllReduce(p, in.data(), out[static_cast<size_t>(r)].data(), count, r, n, std::min(chunk, p.maxElems()));
+    status[static_cast<size_t>(r)] = p.status();
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << status[static_cast<size_t>(r)].message();
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int q = 0; q < n; ++q) want += static_cast<float>((q * 7 + i * 3) % 11);
+      ASSERT_EQ(out[static_cast<size_t>(r)][i], want) << "rank " << r << " at " << i;
+    }
+  }
+}
+
+TEST(HostPrims, RingAllReduceSimpleAndLL) {
+  ringAllReduceCase<Protocol::Simple>(3, 1001, 64);  // 256-byte slots: many steps
+  ringAllReduceCase<Protocol::LL>(3, 1001, 1u << 20);
+  ringAllReduceCase<Protocol::LL>(4, 5000, 1u << 20);  // several LL slots per chunk round
+  ringAllReduceCase<Protocol::Simple>(2, 0, 64);
+}
+
+// Tree all-reduce over the chain/tree of `nodeOf`, with PreMulSum.
+template <Protocol P>
+void treeCase(const std::vector<int>& nodeOf, int tree, size_t count) {
+  const int n = static_cast<int>(nodeOf.size());
+  Fabric fabric(512);
+  std::vector<std::vector<double>> out(static_cast<size_t>(n), std::vector<double>(count));
+  std::vector<Status> status(static_cast<size_t>(n));
+  runThreads(n, [&](int r) {
+    TreeLinks l = buildDoubleTree(nodeOf, r)[static_cast<size_t>(tree)];
+    std::vector<double> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<double>(r + i);
+    PeerConnector parentUp = l.up >= 0 ? fabric.sendTo(r, l.up, 1) : PeerConnector{nullptr, -1};
+    PeerConnector parentDown = l.up >= 0 ? fabric.recvFrom(r, l.up, 2) : PeerConnector{nullptr, -1};
+    PeerConnector childUp[kMaxTreeChildren], childDown[kMaxTreeChildren];
+    for (int i = 0; i < l.ndown; ++i) {
+      childUp[i] = fabric.recvFrom(r, l.down[i], 1);
+      childDown[i] = fabric.sendTo(r, l.down[i], 2);
+    }
+    OpPreMulSum<double> op{2.0};
+    HostPrims<double, OpPreMulSum<double>, P> up(&parentUp, l.up >= 0, childUp, l.ndown, context(), op);
+    HostPrims<double, OpPreMulSum<double>, P> down(childDown, l.ndown, &parentDown, l.up >= 0, context(), op);
+    coll::treeAllReduce(up, down, in.data(), out[static_cast<size_t>(r)].data(), count, {l.up >= 0, l.ndown > 0},
+                        std::min<size_t>(7, up.maxElems()), kConnectorSteps / 2);
+    status[static_cast<size_t>(r)] = up.failed() ? up.status() : down.status();
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << status[static_cast<size_t>(r)].message();
+    for (size_t i = 0; i < count; ++i) {
+      double want = 0;
+      for (int q = 0; q < n; ++q) want += 2.0 * static_cast<double>(q + i);
+      ASSERT_EQ(out[static_cast<size_t>(r)][i], want) << "rank " << r << " at " << i;
+    }
+  }
+}
+
+TEST(HostPrims, TreeAllReduceChainAndDoubleBinaryTree) {
+  treeCase<Protocol::Simple>({0, 0, 0, 0}, 0, 100);                   // one node: a chain
+  treeCase<Protocol::Simple>({0, 1, 2, 3, 4, 5, 6}, 0, 100);          // 7 nodes, tree 0
+  treeCase<Protocol::LL>({0, 1, 2, 3, 4, 5, 6}, 1, 100);              // tree 1 (mirrored)
+  treeCase<Protocol::Simple>({0, 0, 1, 1, 2, 2, 3, 3}, 1, 333);       // chains + shifted tree: 3 children
+}
+
+TEST(HostPrims, OneShotIsBitwiseIdenticalOnEveryRankAndInPlace) {
+  const int n = 4;
+  const size_t count = 33;
+  // Values whose float sum depends on the order of the additions.
+  auto value = [](int r, size_t i) { return (r % 2 == 0 ? 1e8f : 1.0f) * (r == 2 ? -1.0f : 1.0f) + float(i); };
+  for (Protocol proto : {Protocol::Simple, Protocol::LL}) {
+    Fabric fabric(1024);
+    std::vector<std::vector<float>> buf(n, std::vector<float>(count));
+    runThreads(n, [&](int r) {
+      for (size_t i = 0; i < count; ++i) buf[static_cast<size_t>(r)][i] = value(r, i);
+      PeerConnector sends[kMaxPrimsPeers], recvs[kMaxPrimsPeers];
+      int k = 0;
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        sends[k] = fabric.sendTo(r, p);
+        recvs[k++] = fabric.recvFrom(r, p);
+      }
+      float* data = buf[static_cast<size_t>(r)].data();
+      if (proto == Protocol::LL) {
+        HostPrims<float, OpSum, Protocol::LL> p(sends, k, recvs, k, context(), OpSum(), r);
+        coll::oneShotAllReduce(p, data, data, count, p.maxElems());
+        EXPECT_TRUE(p.status().ok()) << p.status().message();
+      } else {
+        HostPrims<float, OpSum, Protocol::Simple> p(sends, k, recvs, k, context(), OpSum(), r);
+        coll::oneShotAllReduce(p, data, data, count, 5);
+        EXPECT_TRUE(p.status().ok()) << p.status().message();
+      }
+    });
+    for (size_t i = 0; i < count; ++i) {
+      float want = value(0, i);
+      for (int q = 1; q < n; ++q) want += value(q, i);  // rank order
+      for (int r = 0; r < n; ++r) ASSERT_EQ(std::memcmp(&buf[static_cast<size_t>(r)][i], &want, 4), 0);
+    }
+  }
+}
+
+TEST(HostPrims, MismatchedStepsAreAnErrorNotCorruption) {
+  for (Protocol proto : {Protocol::Simple, Protocol::LL}) {
+    Fabric fabric(256);
+    Status recvStatus;
+    runThreads(2, [&](int r) {
+      std::vector<int> data(20, r);
+      auto run = [&](auto& p) {
+        if (r == 0) p.send(data.data(), 10);
+        if (r == 1) p.recv(data.data(), 12), recvStatus = p.status();
+      };
+      if (proto == Protocol::LL) {
+        HostPrims<int, OpSum, Protocol::LL> p(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r), context());
+        run(p);
+      } else {
+        HostPrims<int, OpSum, Protocol::Simple> p(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r), context());
+        run(p);
+      }
+    });
+    ASSERT_FALSE(recvStatus.ok());
+    EXPECT_EQ(recvStatus.code(), ncclInvalidUsage);
+    EXPECT_NE(recvStatus.message().find("rank 0 sent 40 bytes"), std::string::npos) << recvStatus.message();
+  }
+}
+
+struct CountingListener : StallListener {
+  std::atomic<int> calls{0};
+  void onStall(int) override { ++calls; }
+};
+
+TEST(HostPrims, StallsTimeOutNamingThePeerAndAbortAndCancelStopWaits) {
+  Fabric fabric(256);
+  float x[4] = {};
+  {
+    CountingListener listener;
+    PrimsContext ctx = context(0.2);
+    ctx.channel = 3;
+    ctx.stall = &listener;
+    HostPrims<float, OpSum> p(fabric.sendTo(0, 1), fabric.recvFrom(0, 5), ctx);
+    p.recv(x, 4);  // rank 5 never sends
+    ASSERT_EQ(p.status().code(), ncclRemoteError);
+    EXPECT_NE(p.status().message().find("channel 3 waiting for rank 5"), std::string::npos) << p.status().message();
+    EXPECT_EQ(listener.calls.load(), 1);
+    p.recv(x, 4);  // a failed primitives object stays failed and never waits again
+    EXPECT_EQ(listener.calls.load(), 1);
+  }
+  for (bool viaAbort : {true, false}) {
+    std::atomic<bool> flag{false};
+    PrimsContext ctx = context(30);
+    (viaAbort ? ctx.abort : ctx.cancel) = &flag;
+    HostPrims<float, OpSum> p(fabric.sendTo(0, 1, 9), fabric.recvFrom(0, 6, 9), ctx);
+    std::thread raiser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      flag.store(true);
+    });
+    auto start = std::chrono::steady_clock::now();
+    p.recv(x, 4);
+    raiser.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_NE(p.status().message().find(viaAbort ? "aborted" : "another channel failed"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,184 @@
+// The selector, NCCL_ALGO / NCCL_PROTO parsing and the double binary tree.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <set>
+
+#include "topology/trees.h"
+#include "tuning/tuning.h"
+#include "util/param.h"
+
+namespace braid {
+namespace {
+
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    setenv(name, value, 1);
+    ParamRegistry::instance().reload();
+  }
+  ~EnvGuard() {
+    unsetenv(name_);
+    ParamRegistry::instance().reload();
+  }
+
+ private:
+  const char* name_;
+};
+
+TuneInput input(CollType c, size_t bytes, int nranks, int nnodes = 1, int maxChannels = 1) {
+  return TuneInput{c, bytes, nranks, nnodes, nranks / nnodes, maxChannels};
+}
+
+TEST(AlgoFilter, ListsExclusionsAndPerCollective) {
+  AlgoFilter f;
+  ASSERT_TRUE(parseAlgoFilter("Ring,tree", &f).ok());
+  EXPECT_TRUE(f.allowed[0][static_cast<int>(Algo::Ring)]);
+  EXPECT_TRUE(f.allowed[0][static_cast<int>(Algo::Tree)]);
+  EXPECT_FALSE(f.allowed[0][static_cast<int>(Algo::Direct)]);
+  ASSERT_TRUE(parseAlgoFilter("^TREE", &f).ok());
+  EXPECT_TRUE(f.allowed[0][static_cast<int>(Algo::Direct)]);
+  EXPECT_FALSE(f.allowed[0][static_cast<int>(Algo::Tree)]);
+  ASSERT_TRUE(parseAlgoFilter("allreduce:tree;broadcast:ring", &f).ok());
+  EXPECT_FALSE(f.allowed[static_cast<int>(CollType::AllReduce)][static_cast<int>(Algo::Ring)]);
+  EXPECT_TRUE(f.allowed[static_cast<int>(CollType::AllReduce)][static_cast<int>(Algo::Tree)]);
+  EXPECT_TRUE(f.allowed[static_cast<int>(CollType::AllGather)][static_cast<int>(Algo::Direct)]);  // unnamed: all
+  ASSERT_TRUE(parseAlgoFilter("NVLS,CollNetDirect,PAT", &f).ok());  // NCCL's: accepted, never chosen
+  Status bad = parseAlgoFilter("Ring,Bogus", &f);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("Bogus"), std::string::npos);
+  EXPECT_FALSE(parseAlgoFilter("allgahter:ring", &f).ok());
+  ASSERT_TRUE(parseProtoFilter("^LL128", &f).ok());
+  EXPECT_TRUE(f.allowed[0][static_cast<int>(Protocol::LL)]);
+  EXPECT_FALSE(f.allowed[0][static_cast<int>(Protocol::LL128)]);
+  EXPECT_FALSE(parseProtoFilter("LL256", &f).ok());
+}
+
+TEST(AlgoFilter, BadValueFailsValidationNamingTheVariable) {
+  EnvGuard g("NCCL_ALGO", "Rnig");
+  Status s = ParamRegistry::instance().validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("NCCL_ALGO"), std::string::npos) << s.message();
+}
+
+TEST(Selector, SmallAllReduceIsDirectLargeIsRingSimple) {
+  TuneChoice small = selectAlgorithm(input(CollType::AllReduce, 8, 4));
+  EXPECT_EQ(small.algo, Algo::Direct);
+  TuneChoice large = selectAlgorithm(input(CollType::AllReduce, 64 << 20, 4, 1, 8));
+  EXPECT_EQ(large.algo, Algo::Ring);
+  EXPECT_EQ(large.proto, Protocol::Simple);
+  EXPECT_GT(large.nChannels, 1);
+  EXPECT_LE(large.nChannels, 8);
+  // Too many ranks for one-shot.
+  EXPECT_NE(selectAlgorithm(input(CollType::AllReduce, 8, 16)).algo, Algo::Direct);
+  // Across many nodes the tree's logarithmic depth wins for small messages.
+  EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 1024, 64, 64)).algo, Algo::Tree);
+  // Other collectives: only Ring implements them.
+  for (CollType c : {CollType::AllGather, CollType::ReduceScatter, CollType::Broadcast, CollType::Reduce}) {
+    EXPECT_EQ(selectAlgorithm(input(c, 8, 4)).algo, Algo::Ring);
+  }
+}
+
+TEST(Selector, HonoursTheEnvironment) {
+  {
+    EnvGuard g("NCCL_ALGO", "Tree");
+    TuneChoice c = selectAlgorithm(input(CollType::AllReduce, 8, 4));
+    EXPECT_EQ(c.algo, Algo::Tree);
+    EXPECT_TRUE(c.note.empty());
+    // Tree does not implement all-gather: the selector says so and runs Ring.
+    TuneChoice ag = selectAlgorithm(input(CollType::AllGather, 8, 4));
+    EXPECT_EQ(ag.algo, Algo::Ring);
+    EXPECT_NE(ag.note.find("NCCL_ALGO"), std::string::npos);
+  }
+  {
+    EnvGuard g("NCCL_PROTO", "LL");
+    EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 64 << 20, 2)).proto, Protocol::LL);
+  }
+  {
+    EnvGuard g("NCCL_PROTO", "LL128");  // not on the host: falls back, with a note
+    TuneChoice c = selectAlgorithm(input(CollType::AllReduce, 8, 2));
+    EXPECT_NE(c.proto, Protocol::LL128);
+    EXPECT_FALSE(c.note.empty());
+  }
+  {
+    EnvGuard g("NCCL_MIN_NCHANNELS", "4");
+    EXPECT_EQ(selectAlgorithm(input(CollType::AllGather, 1024, 2)).nChannels, 4);
+  }
+  {
+    EnvGuard g("NCCL_MAX_NCHANNELS", "2");
+    EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 256 << 20, 2, 1, 16)).nChannels, 2);
+  }
+}
+
+// Every rank's links, checked for consistency: parent/child pairs agree, one
+// root, every rank reachable from it.
+void checkTree(const std::vector<int>& nodeOf, int t) {
+  const int n = static_cast<int>(nodeOf.size());
+  std::vector<TreeLinks> links;
+  for (int r = 0; r < n; ++r) links.push_back(buildDoubleTree(nodeOf, r)[static_cast<size_t>(t)]);
+  int roots = 0, root = -1;
+  for (int r = 0; r < n; ++r) {
+    const TreeLinks& l = links[static_cast<size_t>(r)];
+    ASSERT_LE(l.ndown, kMaxTreeChildren);
+    if (l.up < 0) ++roots, root = r;
+    for (int i = 0; i < l.ndown; ++i) EXPECT_EQ(links[static_cast<size_t>(l.down[i])].up, r);
+    if (l.up >= 0) {
+      const TreeLinks& p = links[static_cast<size_t>(l.up)];
+      EXPECT_NE(std::find(p.down, p.down + p.ndown, r), p.down + p.ndown) << "rank " << r;
+      // Across nodes only between heads (first rank of a node).
+      if (nodeOf[static_cast<size_t>(l.up)] != nodeOf[static_cast<size_t>(r)]) {
+        EXPECT_EQ(std::find(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(r)]) - nodeOf.begin(), r);
+      }
+    }
+  }
+  ASSERT_EQ(roots, 1);
+  std::set<int> seen;
+  std::function<void(int)> walk = [&](int r) {
+    EXPECT_TRUE(seen.insert(r).second);
+    const TreeLinks& l = links[static_cast<size_t>(r)];
+    for (int i = 0; i < l.ndown; ++i) walk(l.down[i]);
+  };
+  walk(root);
+  EXPECT_EQ(static_cast<int>(seen.size()), n);
+}
+
+TEST(DoubleTree, ValidTreesForManyLayouts) {
+  for (int nodes : {1, 2, 3, 4, 5, 7, 8, 16, 33}) {
+    for (int perNode : {1, 2, 4}) {
+      std::vector<int> nodeOf;
+      for (int node = 0; node < nodes; ++node) {
+        for (int i = 0; i < perNode; ++i) nodeOf.push_back(node);
+      }
+      SCOPED_TRACE(testing::Message() << nodes << " nodes x " << perNode);
+      checkTree(nodeOf, 0);
+      checkTree(nodeOf, 1);
+    }
+  }
+}
+
+TEST(DoubleTree, OneNodeIsAChainAndTreesComplementAcrossNodes) {
+  std::vector<int> oneNode(5, 0);
+  for (int r = 0; r < 5; ++r) {
+    TreeLinks l = buildDoubleTree(oneNode, r)[0];
+    EXPECT_EQ(l.up, r - 1);
+    EXPECT_EQ(l.ndown, r < 4 ? 1 : 0);
+  }
+  // 8 nodes x 1 rank: depth is logarithmic, and few nodes are leaves in both trees.
+  std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<int> parents = inOrderTreeParents(8);
+  for (int p = 0; p < 8; ++p) {
+    int depth = 0;
+    for (int q = p; parents[static_cast<size_t>(q)] >= 0; q = parents[static_cast<size_t>(q)]) ++depth;
+    EXPECT_LE(depth, 3);
+  }
+  int leafInBoth = 0;
+  for (int r = 0; r < 8; ++r) {
+    auto t = buildDoubleTree(eight, r);
+    leafInBoth += (t[0].ndown == 0 && t[1].ndown == 0);
+  }
+  EXPECT_LE(leafInBoth, 1);
+}
+
+}  // namespace
+}  // namespace braid
