@@ -45,8 +45,9 @@ double input(int r, size_t i, ncclRedOp_t op) {
   return static_cast<double>((r * 7 + i * 3) % 5);
 }
 
+// `scale` multiplies every input first (PreMulSum; exact for these inputs).
 template <typename T>
-T reduceRef(ncclRedOp_t op, int n, size_t i) {
+T reduceRef(ncclRedOp_t op, int n, size_t i, double scale = 1) {
   double acc = input<T>(0, i, op);
   for (int r = 1; r < n; ++r) {
     double v = input<T>(r, i, op);
@@ -57,7 +58,7 @@ T reduceRef(ncclRedOp_t op, int n, size_t i) {
       default: acc += v; break;
     }
   }
-  T t = make<T>(acc);
+  T t = make<T>(acc * scale);
   if (op == ncclAvg) {
     if constexpr (std::is_arithmetic_v<T>) {
       t = static_cast<T>(t / static_cast<T>(n));
@@ -86,34 +87,62 @@ void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::v
   // After a failure this rank has left the sequence its peers follow: what
   // came next would only report the consequences.
   if (!fail->text.empty()) return;
-  const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMin, ncclMax, ncclAvg};
+  // The built-in operators, and PreMulSum with the scalar 2 given by value
+  // and by pointer (set to 2 only after creation: it is read when each
+  // collective runs). Each entry: the operator, the built-in one the
+  // reference applies, and the scale of the inputs.
+  T two = make<T>(2), pointed = make<T>(5);
+  ncclRedOp_t byValue, byPointer;
+  if (ncclRedOpCreatePreMulSum(&byValue, &two, type, ncclScalarHostImmediate, comm) != ncclSuccess ||
+      ncclRedOpCreatePreMulSum(&byPointer, &pointed, type, ncclScalarDevice, comm) != ncclSuccess) {
+    return fail->add(strCat("type ", type, ": ncclRedOpCreatePreMulSum: ", ncclGetLastError(comm)));
+  }
+  pointed = two;
+  struct OpCase {
+    ncclRedOp_t op, ref;
+    double scale;
+  };
+  const OpCase ops[] = {{ncclSum, ncclSum, 1},  {ncclProd, ncclProd, 1},  {ncclMin, ncclMin, 1},
+                        {ncclMax, ncclMax, 1},  {ncclAvg, ncclAvg, 1},    {byValue, ncclSum, 2},
+                        {byPointer, ncclSum, 2}};
+  struct Destroy {
+    ncclComm_t comm;
+    ncclRedOp_t a, b;
+    ~Destroy() {
+      ncclRedOpDestroy(a, comm);
+      ncclRedOpDestroy(b, comm);
+    }
+  } destroy{comm, byValue, byPointer};
   for (size_t count : counts) {
     for (bool inPlace : {false, true}) {
-      for (ncclRedOp_t op : ops) {
+      for (const OpCase& oc : ops) {
+        const ncclRedOp_t op = oc.op;
+        auto reduceRef = [&](ncclRedOp_t, int nr, size_t i) { return test::reduceRef<T>(oc.ref, nr, i, oc.scale); };
+        auto input = [&](int r, size_t i, ncclRedOp_t) { return test::input<T>(r, i, oc.ref); };
         std::string tag = strCat("type ", type, " op ", op, " count ", count, inPlace ? " in-place" : "");
         // All-reduce.
         {
           std::vector<T> in(count), out(count);
-          for (size_t i = 0; i < count; ++i) in[i] = make<T>(input<T>(rank, i, op));
+          for (size_t i = 0; i < count; ++i) in[i] = make<T>(input(rank, i, op));
           T* dst = inPlace ? in.data() : out.data();
           ncclResult_t r = ncclAllReduce(in.data(), dst, count, type, op, comm, nullptr);
           if (r != ncclSuccess) return fail->add("allreduce " + tag + ": " + ncclGetLastError(comm));
           for (size_t i = 0; i < count; ++i) {
-            if (!same(dst[i], reduceRef<T>(op, n, i))) {
+            if (!same(dst[i], reduceRef(op, n, i))) {
               return fail->add(strCat("allreduce ", tag, " at ", i, ": ", value(dst[i]), " vs ",
-                                      value(reduceRef<T>(op, n, i))));
+                                      value(reduceRef(op, n, i))));
             }
           }
         }
         // Reduce-scatter: input of n blocks, element j of the whole input.
         {
           std::vector<T> in(count * n), out(count);
-          for (size_t j = 0; j < in.size(); ++j) in[j] = make<T>(input<T>(rank, j, op));
+          for (size_t j = 0; j < in.size(); ++j) in[j] = make<T>(input(rank, j, op));
           T* dst = inPlace ? in.data() + static_cast<size_t>(rank) * count : out.data();
           ncclResult_t r = ncclReduceScatter(in.data(), dst, count, type, op, comm, nullptr);
           if (r != ncclSuccess) return fail->add("reducescatter " + tag + ": " + ncclGetLastError(comm));
           for (size_t i = 0; i < count; ++i) {
-            T want = reduceRef<T>(op, n, static_cast<size_t>(rank) * count + i);
+            T want = reduceRef(op, n, static_cast<size_t>(rank) * count + i);
             if (!same(dst[i], want)) {
               return fail->add(
                   strCat("reducescatter ", tag, " at ", i, ": ", value(dst[i]), " vs ", value(want)));
@@ -124,13 +153,13 @@ void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::v
         {
           int root = (*iteration)++ % n;
           std::vector<T> in(count), out(count, make<T>(-1));
-          for (size_t i = 0; i < count; ++i) in[i] = make<T>(input<T>(rank, i, op));
+          for (size_t i = 0; i < count; ++i) in[i] = make<T>(input(rank, i, op));
           T* dst = inPlace ? in.data() : out.data();
           ncclResult_t r = ncclReduce(in.data(), dst, count, type, op, root, comm, nullptr);
           if (r != ncclSuccess) return fail->add("reduce " + tag + ": " + ncclGetLastError(comm));
           if (rank == root) {
             for (size_t i = 0; i < count; ++i) {
-              if (!same(dst[i], reduceRef<T>(op, n, i))) return fail->add(strCat("reduce ", tag, " at ", i));
+              if (!same(dst[i], reduceRef(op, n, i))) return fail->add(strCat("reduce ", tag, " at ", i));
             }
           }
         }

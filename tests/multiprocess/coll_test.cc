@@ -29,11 +29,11 @@ const bool kHostBackend = (setenv("BRAID_BACKEND", "host", 0), true);
 const std::vector<std::string> kEnv = {"BRAID_BUFFSIZE=64K", "BRAID_BOOTSTRAP_TIMEOUT=20",
                                        "BRAID_STALL_TIMEOUT=30"};
 
-std::string sweep(const ncclUniqueId& id, int rank, int n) {
+std::string sweep(const ncclUniqueId& id, int rank, int n, SweepCounts counts = sweepCountsFromEnv()) {
   ncclComm_t comm = nullptr;
   std::string err = check(ncclCommInitRank(&comm, n, id, rank), "init");
   if (!err.empty()) return err;
-  std::string fail = collSweep(comm, rank, n, sweepCountsFromEnv());
+  std::string fail = collSweep(comm, rank, n, counts);
   return fail + check(ncclCommDestroy(comm), "destroy");
 }
 
@@ -48,6 +48,41 @@ TEST_P(CollSweep, EveryCollectiveTypeOpAndCount) {
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, CollSweep, ::testing::Values(1, 2, 3, 4, 8));
 
+// The sweep with each algorithm, protocol and channel count forced through
+// the environment, as a user would (the selector alone would pick Direct
+// for small all-reduces, Ring for the rest, one channel on this machine).
+struct AlgoCase {
+  const char* name;
+  int nranks;
+  std::vector<std::string> env;
+  bool full;  // full counts (else quick: 0, 1, 7, 4099)
+};
+void PrintTo(const AlgoCase& c, std::ostream* os) { *os << c.name; }
+
+class CollAlgos : public ::testing::TestWithParam<AlgoCase> {};
+
+TEST_P(CollAlgos, SweepWithForcedChoice) {
+  const AlgoCase& c = GetParam();
+  std::vector<std::string> env = kEnv;
+  env.insert(env.end(), c.env.begin(), c.env.end());
+  env.push_back("NCCL_DEBUG=WARN");
+  RootProcess root = startRootProcess(env);
+  SweepCounts counts = c.full ? sweepCountsFromEnv() : SweepCounts::kQuick;
+  auto out = runRanks(
+      c.nranks, [&](int rank, int nranks) { return sweep(root.id, rank, nranks, counts); }, 600, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+INSTANTIATE_TEST_SUITE_P(
+    Forced, CollAlgos,
+    ::testing::Values(AlgoCase{"Tree3", 3, {"NCCL_ALGO=Tree"}, true},
+                      AlgoCase{"TreeLL8", 8, {"NCCL_ALGO=Tree", "NCCL_PROTO=LL"}, false},
+                      AlgoCase{"TreeTwoChannels4", 4, {"NCCL_ALGO=Tree", "NCCL_MIN_NCHANNELS=2"}, false},
+                      AlgoCase{"RingLL4", 4, {"NCCL_ALGO=Ring", "NCCL_PROTO=LL"}, false},
+                      AlgoCase{"RingThreeChannels4", 4, {"NCCL_ALGO=Ring", "NCCL_MIN_NCHANNELS=3"}, true},
+                      AlgoCase{"DirectSimple3", 3, {"NCCL_ALGO=Direct", "NCCL_PROTO=Simple"}, false},
+                      AlgoCase{"DirectLL5", 5, {"NCCL_ALGO=Direct", "NCCL_PROTO=LL"}, false}),
+    [](const ::testing::TestParamInfo<AlgoCase>& info) { return std::string(info.param.name); });
+
 // Teams made by ncclCommSplit from a parent of n ranks: each runs the sweep
 // (quick counts) with its new ranks, the odd and even teams at the same time.
 class CollSplit : public ::testing::TestWithParam<std::tuple<int, SplitShape>> {};
@@ -59,7 +94,7 @@ TEST_P(CollSplit, SweepOnEachTeam) {
     ncclComm_t parent = nullptr;
     std::string err = check(ncclCommInitRank(&parent, nranks, root.id, rank), "init");
     if (!err.empty()) return err;
-    err = splitSweep(parent, rank, nranks, shape, sweepCountsFromEnv());
+    err = splitSweep(parent, rank, nranks, shape, SweepCounts::kQuick);
     return err + check(ncclCommDestroy(parent), "destroy parent");
   };
   EXPECT_EQ(describeFailures(runRanks(n, body, 300, kEnv)), "");
