@@ -157,10 +157,24 @@ Status Communicator::ensureChannels(Algo algo, int n) {
   return channels_->ensure(algo, n);
 }
 
-int Communicator::hostChannels() const {
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, localRanks_));
+Status Communicator::ensureDirect() {
+  if (directReady_) return okStatus();
+  std::vector<int> all;
+  for (int p = 0; p < nranks_; ++p) {
+    if (p != rank_) all.push_back(p);
+  }
+  BRAID_CHECK(ensureP2p(all, all));
+  directReady_ = true;
+  return okStatus();
 }
+
+int Communicator::hostCores() {
+  // hardware_concurrency() reads sysfs (microseconds): once per process.
+  static const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return cores;
+}
+
+int Communicator::hostChannels() const { return std::max(1, hostCores() / std::max(1, localRanks_)); }
 
 void Communicator::onStall(int channel) {
   if (!paramDumpOnStall.get()) return;

@@ -102,11 +102,15 @@ class Communicator : public StallListener {
   ChannelSet& channels() { return *channels_; }
   HostExecutor& executor() { return executor_; }
   RedOpTable& redOps() { return redOps_; }
+  ChoiceCache& choices() { return choices_; }
+  // Connectors to every peer, for direct algorithms (set up once).
+  Status ensureDirect();
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
   int nnodes() const { return nnodes_; }
   int localRanks() const { return localRanks_; }
   // Channels the host can run in parallel for this rank: cores per local rank.
   int hostChannels() const;
+  static int hostCores();
   // A wait of `channel` timed out: with BRAID_DUMP_ON_STALL=1, logs every
   // channel's counters and FIFO state.
   void onStall(int channel) override;
@@ -144,6 +148,8 @@ class Communicator : public StallListener {
   std::unique_ptr<ChannelSet> channels_;
   HostExecutor executor_;
   RedOpTable redOps_;
+  ChoiceCache choices_;
+  bool directReady_ = false;
   std::map<int, std::unique_ptr<ShmEnd>> p2pSend_, p2pRecv_;
   uint64_t collectiveSeq_ = 0;
 

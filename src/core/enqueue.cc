@@ -137,24 +137,27 @@ Status runTyped(Communicator* comm, const CollArgs& a, Plan& plan, Op op) {
     }
     return okStatus();
   }
-  std::mutex mutex;
-  Status first;
-  auto job = [&](int c) -> Status {
-    LogRankScope scope(comm->rank());
+  auto channel = [&](int c) -> Status {
     Channel& ch = comm->channels()[c];
     ch.issued.fetch_add(1, std::memory_order_relaxed);
     Status s = plan.choice.proto == Protocol::LL ? runChannel<T, Op, Protocol::LL>(comm, a, plan, c, op)
                                                  : runChannel<T, Op, Protocol::Simple>(comm, a, plan, c, op);
-    if (s.ok()) {
-      ch.completed.fetch_add(1, std::memory_order_relaxed);
-    } else {
+    if (s.ok()) ch.completed.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  };
+  if (plan.choice.nChannels == 1) return channel(0);
+  std::mutex mutex;
+  Status first;
+  (void)comm->executor().run(plan.choice.nChannels, [&](int c) -> Status {
+    LogRankScope scope(comm->rank());
+    Status s = channel(c);
+    if (!s.ok()) {
       std::lock_guard<std::mutex> lock(mutex);
       if (first.ok()) first = s;  // the first failure in time is the cause; the others were cancelled by it
       plan.cancel.store(true);
     }
     return s;
-  };
-  (void)comm->executor().run(plan.choice.nChannels, job);
+  });
   return first;
 }
 
@@ -271,8 +274,8 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     if (paramCheckColl.get() && comm->nranks() > 1) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
     BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype));
     TuneInput in{a.type, tuneBytes(a, comm->nranks()), comm->nranks(), comm->nnodes(), comm->localRanks(),
-                 comm->hostChannels()};
-    plan.choice = selectAlgorithm(in);
+                 comm->hostChannels(), Communicator::hostCores()};
+    plan.choice = comm->choices().select(in);
     // A channel gets at least a cache line's worth, so tiny counts use one.
     const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));
     plan.choice.nChannels = static_cast<int>(
@@ -284,13 +287,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                plan.choice.note.empty() ? "" : "; ", plan.choice.note.c_str());
     if (comm->nranks() > 1) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
-      if (plan.choice.algo == Algo::Direct) {
-        std::vector<int> all;
-        for (int p = 0; p < comm->nranks(); ++p) {
-          if (p != comm->rank()) all.push_back(p);
-        }
-        BRAID_CHECK(comm->ensureP2p(all, all));
-      }
+      if (plan.choice.algo == Algo::Direct) BRAID_CHECK(comm->ensureDirect());
     }
     return dispatch(comm, a, plan);
   }();

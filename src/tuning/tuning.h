@@ -16,8 +16,10 @@
 // have (CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT) are accepted and
 // never chosen; an unknown name fails init naming the variable.
 //
-// Constants: host backend, measured on the 2-core CI machine and a 32-core
-// host (docs/performance.md) with the commit that set them.
+// Constants: host backend, fitted to all_reduce_perf sweeps of each
+// algorithm and protocol forced through NCCL_ALGO/NCCL_PROTO on the 2-core
+// CI machine, 2 and 4 ranks (docs/performance.md). When ranks outnumber
+// cores every step costs a context switch, which changes the choice.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +47,7 @@ struct TuneInput {
   int nnodes;        // hosts the ranks run on
   int localRanks;    // ranks on this rank's host
   int maxChannels;   // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
+  int cores = 0;     // cores of this host (0: unknown); fewer than localRanks means ranks share cores
 };
 
 struct TuneChoice {
@@ -57,6 +60,30 @@ struct TuneChoice {
 
 // Chooses for one collective; never fails (Ring/Simple implements everything).
 TuneChoice selectAlgorithm(const TuneInput& in);
+
+// A communicator's memory of its last choice per collective: a loop of
+// equal calls (the common case) skips the selector.
+class ChoiceCache {
+ public:
+  const TuneChoice& select(const TuneInput& in) {
+    Entry& e = entries_[static_cast<int>(in.coll)];
+    if (!e.valid || e.in.bytes != in.bytes || e.in.nranks != in.nranks || e.in.nnodes != in.nnodes ||
+        e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores) {
+      e.in = in;
+      e.choice = selectAlgorithm(in);
+      e.valid = true;
+    }
+    return e.choice;
+  }
+
+ private:
+  struct Entry {
+    bool valid = false;
+    TuneInput in{};
+    TuneChoice choice;
+  };
+  Entry entries_[kNumCollTypes];
+};
 
 // Parses a NCCL_ALGO / NCCL_PROTO value (exposed for the parameter
 // validators and tests). `allowed[c][x]` says whether collective c may use

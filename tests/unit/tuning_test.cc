@@ -70,6 +70,12 @@ TEST(Selector, SmallAllReduceIsDirectLargeIsRingSimple) {
   EXPECT_EQ(large.proto, Protocol::Simple);
   EXPECT_GT(large.nChannels, 1);
   EXPECT_LE(large.nChannels, 8);
+  // Ranks sharing cores: every step costs a context switch, so the one
+  // exchange of Direct wins for longer.
+  TuneInput shared = input(CollType::AllReduce, 16384, 4);
+  EXPECT_EQ(selectAlgorithm(shared).algo, Algo::Ring);
+  shared.cores = 2;
+  EXPECT_EQ(selectAlgorithm(shared).algo, Algo::Direct);
   // Too many ranks for one-shot.
   EXPECT_NE(selectAlgorithm(input(CollType::AllReduce, 8, 16)).algo, Algo::Direct);
   // Across many nodes the tree's logarithmic depth wins for small messages.

@@ -221,21 +221,23 @@ class HostPrims {
     Connector* c = sends_[i].conn;
     const uint64_t bytes = n * sizeof(T);
     if (P == Protocol::LL) {
-      std::atomic<uint64_t>* units = c->llUnits(c->step);
+      // Data units first, the header unit last (release): a receiver that
+      // sees the header sees every unit.
+      std::atomic<uint64_t>* units = c->llUnits(c->step) + 1;
       const uint64_t flag = (c->step + 1) << 32;
       const char* p = reinterpret_cast<const char*>(data);
       const size_t whole = bytes / 4;
       for (size_t u = 0; u < whole; ++u) {
         uint32_t d;
         std::memcpy(&d, p + 4 * u, 4);
-        units[1 + u].store(flag | d, std::memory_order_relaxed);
+        units[u].store(flag | d, std::memory_order_relaxed);
       }
       if (bytes % 4 != 0) {
         uint32_t d = 0;
         std::memcpy(&d, p + 4 * whole, bytes % 4);
-        units[1 + whole].store(flag | d, std::memory_order_relaxed);
+        units[whole].store(flag | d, std::memory_order_relaxed);
       }
-      units[0].store(flag | bytes, std::memory_order_release);
+      units[-1].store(flag | bytes, std::memory_order_release);
     } else {
       SlotHeader* h = c->header(c->step);
       h->bytes = bytes;
@@ -259,12 +261,26 @@ class HostPrims {
       if (!waitUntil([&] { return arrived(units[0]); }, "to send data", peer, step)) return nullptr;
       if ((unit & 0xffffffffu) != want) return mismatch(peer, unit & 0xffffffffu, step, want);
       char* stage = detail::llStaging((kMaxPrimsPeers + 2) * kLLDataBytes) + (1 + i) * kLLDataBytes;
-      for (size_t u = 0; u * 4 < want; ++u) {
-        if (!arrived(units[1 + u]) && !waitUntil([&] { return arrived(units[1 + u]); }, "to send data", peer, step)) {
-          return nullptr;
-        }
-        const uint32_t d = static_cast<uint32_t>(unit);
-        std::memcpy(stage + 4 * u, &d, std::min<uint64_t>(4, want - 4 * u));
+      // The header was acquired after the sender wrote every unit; the flags
+      // are checked anyway, as the protocol's own guard.
+      const std::atomic<uint64_t>* data = units + 1;
+      const size_t whole = want / 4;
+      uint64_t stale = 0;
+      for (size_t u = 0; u < whole; ++u) {
+        const uint64_t v = data[u].load(std::memory_order_relaxed);
+        stale |= (v >> 32) ^ flag;
+        const uint32_t d = static_cast<uint32_t>(v);
+        std::memcpy(stage + 4 * u, &d, 4);
+      }
+      if (want % 4 != 0) {
+        const uint64_t v = data[whole].load(std::memory_order_relaxed);
+        stale |= (v >> 32) ^ flag;
+        const uint32_t d = static_cast<uint32_t>(v);
+        std::memcpy(stage + 4 * whole, &d, want % 4);
+      }
+      if (stale != 0) {
+        status_ = internalError(what_(), ": LL data from rank ", peer, " at step ", step, " carries a stale flag");
+        return nullptr;
       }
       return reinterpret_cast<const T*>(stage);
     }
