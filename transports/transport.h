@@ -77,6 +77,8 @@ struct Connector {
   char* llSlots = nullptr;  // first LL slot
   size_t slotBytes = 0;   // payload capacity of a slot
   uint64_t step = 0;      // next step this end will use
+  uint64_t seenHead = 0;  // sender: the receiver's head when last read (head only grows, so
+                          // reading it again is needed only when the FIFO looks full)
 
   bool valid() const { return counters != nullptr; }
   SlotHeader* header(uint64_t s) const {

@@ -111,12 +111,13 @@ IntParam paramMaxChannels("MAX_NCHANNELS", 0,
 
 // Host backend constants (microseconds, bytes per microsecond and channel),
 // from the 2-rank sweeps: Ring/Simple 8 B 1.0 us and 128 KiB 15.7 us,
-// Direct/Simple 8 B 0.58 us and 128 KiB 21.6 us, Direct/LL 2 KiB 2.4 us.
+// Direct/Simple 8 B 0.58 us, 4 KiB 1.7 us and 128 KiB 21.6 us, Direct/LL 8 B 0.49 us
+// and 4 KiB 4.3 us: LL only pays below ~48 bytes.
 struct ProtoCost {
   double stepUs;
   double bytesPerUs;
 };
-constexpr ProtoCost kHostCost[] = {{0.50, 9000.0} /* Simple */, {0.42, 1100.0} /* LL */};
+constexpr ProtoCost kHostCost[] = {{0.50, 9000.0} /* Simple */, {0.46, 1600.0} /* LL */};
 // With more ranks than cores a step waits for the peer to be scheduled
 // (4 ranks on 2 cores: Ring/Simple 8 B takes 50 us for 6 steps).
 constexpr double kOversubscribedStepUs = 8.0;
@@ -147,7 +148,7 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
     case Algo::Direct:
       // One exchange; every rank copies its input to n-1 peers and reduces n inputs.
       if (in.coll != CollType::AllReduce || in.nnodes > 1 || in.nranks > kDirectMaxRanks) return false;
-      *steps = 1 + 0.15 * (n - 1), *bytes = 1.5 * (n - 1) * b;
+      *steps = 1 + 0.15 * (n - 1), *bytes = 1.3 * (n - 1) * b;
       return true;
   }
   return false;

@@ -141,9 +141,20 @@ class HostPrims {
       if ((out[i] = acquireSend(i)) == nullptr) return;
     }
     T* target = dst != nullptr ? dst : (nout > 0 ? out[0] : nullptr);
-    if (target != nullptr && n > 0) combine(target, in, pre, nin, n);
+    // Reducing two inputs into the user's buffer and a slot: one pass writes
+    // both (a ring's recvReduceCopySend, the bulk of a large all-reduce).
+    const bool both = nin == 2 && !pre[0] && !pre[1] && dst != nullptr && nout == 1 && out[0] != dst &&
+                      in[0] != dst && in[1] != dst;
+    if (both && n > 0) {
+      const T* a = in[0];
+      const T* b = in[1];
+      T* o = out[0];
+      for (size_t i = 0; i < n; ++i) o[i] = dst[i] = op_(a[i], b[i]);
+    } else if (target != nullptr && n > 0) {
+      combine(target, in, pre, nin, n);
+    }
     for (int i = 0; i < nout; ++i) {
-      if (out[i] != target && n > 0) std::memcpy(out[i], target, n * sizeof(T));
+      if (out[i] != target && n > 0 && !both) std::memcpy(out[i], target, n * sizeof(T));
       postSend(i, out[i], n);
     }
     if (fromRecv) {
@@ -209,8 +220,13 @@ class HostPrims {
   T* acquireSend(int i) {
     Connector* c = sends_[i].conn;
     uint64_t step = c->step;
-    if (!waitUntil([c, step] { return c->counters->head.load(std::memory_order_acquire) + kConnectorSteps > step; },
-                   "to free a slot", sends_[i].peer, step)) {
+    // The receiver's head lives in a cache line it writes every step; read
+    // it only when the last value seen says the FIFO is full.
+    if (c->seenHead + kConnectorSteps <= step &&
+        !waitUntil([c, step] {
+          c->seenHead = c->counters->head.load(std::memory_order_acquire);
+          return c->seenHead + kConnectorSteps > step;
+        }, "to free a slot", sends_[i].peer, step)) {
       return nullptr;
     }
     if (P == Protocol::LL) return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLDataBytes));
