@@ -81,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
                       AlgoCase{"RingThreeChannels4", 4, {"NCCL_ALGO=Ring", "NCCL_MIN_NCHANNELS=3"}, true},
                       AlgoCase{"DirectSimple3", 3, {"NCCL_ALGO=Direct", "NCCL_PROTO=Simple"}, false},
                       AlgoCase{"DirectLL5", 5, {"NCCL_ALGO=Direct", "NCCL_PROTO=LL"}, false}),
-    [](const ::testing::TestParamInfo<AlgoCase>& info) { return std::string(info.param.name); });
+    [](const ::testing::TestParamInfo<AlgoCase>& p) { return std::string(p.param.name); });
 
 // Teams made by ncclCommSplit from a parent of n ranks: each runs the sweep
 // (quick counts) with its new ranks, the odd and even teams at the same time.
