@@ -92,6 +92,7 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
 
   const size_t slot = comm->p2pSlotBytes();
   Backoff backoff(&comm->abortFlag(), comm->stallTimeoutSeconds());
+  backoff.reset();
   while (!sends.empty() || !recvs.empty()) {
     bool moved = false;
     for (auto it = sends.begin(); it != sends.end();) {

@@ -56,9 +56,8 @@ Status RedOpTable::destroy(ncclRedOp_t op) {
   return okStatus();
 }
 
-Status RedOpTable::resolve(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar) const {
+Status RedOpTable::resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar) const {
   const int raw = static_cast<int>(op);
-  if (raw < ncclNumOps) return okStatus();
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t index = static_cast<size_t>(raw - ncclNumOps);
   if (index >= ops_.size() || !ops_[index].live) {

@@ -28,9 +28,13 @@ class RedOpTable {
   Status destroy(ncclRedOp_t op);
   // Checks that `op` is live and made for `type`; with `scalar`, also reads
   // its scalar now (a collective about to run).
-  Status resolve(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar = nullptr) const;
+  Status resolve(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar = nullptr) const {
+    if (static_cast<int>(op) < ncclNumOps) return okStatus();  // built in: the hot path
+    return resolveCustom(op, type, scalar);
+  }
 
  private:
+  Status resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar) const;
   struct Entry {
     bool live = false;
     ncclDataType_t type = ncclFloat32;

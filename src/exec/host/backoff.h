@@ -34,8 +34,8 @@ class Backoff {
     }
   }
 
-  // One pause of a caller-driven polling loop (call reset() when progress
-  // was made). Returns Ready to keep polling.
+  // One pause of a caller-driven polling loop (call reset() before the loop
+  // and whenever progress was made). Returns Ready to keep polling.
   Result pause() {
     ++spins_;
     if ((spins_ & 15) != 0) {
@@ -76,7 +76,7 @@ class Backoff {
   const std::atomic<bool>* abort_;
   const std::atomic<bool>* cancel_;
   double timeoutSec_;
-  Clock::time_point start_ = Clock::now();
+  Clock::time_point start_{};  // set by reset(), which wait() calls before its first pause
   uint64_t spins_ = 0;
 };
 
