@@ -1,6 +1,8 @@
 #include "core/group.h"
 
 #include <map>
+#include <mutex>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -19,6 +21,11 @@ struct Deferred {
 
 thread_local int tlsDepth = 0;
 thread_local std::vector<Deferred>* tlsOps = nullptr;
+struct PendingInit {
+  std::shared_ptr<InitOutcome> outcome;
+  bool blocking;
+};
+thread_local std::vector<PendingInit> tlsInits;
 
 std::vector<Deferred>& ops() {
   if (tlsOps == nullptr) tlsOps = new std::vector<Deferred>();  // one per thread, reused
@@ -54,6 +61,8 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items)
 
 }  // namespace
 
+void groupDeferInit(Communicator* comm, bool blocking) { tlsInits.push_back({comm->outcome(), blocking}); }
+
 void groupDefer(Communicator* comm, std::function<Status()> op) { ops().push_back({comm, std::move(op), P2pOp{}}); }
 void groupDeferP2p(Communicator* comm, const P2pOp& op) { ops().push_back({comm, nullptr, op}); }
 
@@ -70,6 +79,22 @@ Status groupEnd(GroupSimulation* simulate) {
   if (tlsDepth > 0) return okStatus();
   std::vector<Deferred> pending;
   pending.swap(ops());
+  std::vector<PendingInit> inits;
+  inits.swap(tlsInits);
+  // Inits first: the group's operations may use the communicators. The
+  // outcome outlives an abort of its communicator, so waiting is safe.
+  Status initFailure;
+  bool inProgress = false;
+  for (const PendingInit& init : inits) {
+    if (!init.blocking) {
+      inProgress = true;
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(init.outcome->mutex);
+    init.outcome->cv.wait(lock, [&] { return init.outcome->done; });
+    if (initFailure.ok() && !init.outcome->status.ok()) initFailure = init.outcome->status;
+  }
+  BRAID_CHECK(initFailure);
   if (simulate != nullptr) {
     // No cost model yet: an estimate we cannot make is not reported as zero.
     simulate->estimatedTimeUs = pending.empty() ? 0.0f : NCCL_UNDEF_FLOAT;
@@ -82,7 +107,13 @@ Status groupEnd(GroupSimulation* simulate) {
     if (list.empty()) order.push_back(d.comm);
     list.push_back(&d);
   }
-  if (order.size() <= 1) return order.empty() ? okStatus() : runForComm(order[0], byComm[order[0]]);
+  const Status done = inProgress ? Status(ncclInProgress, "non-blocking initialization continues in the background")
+                                 : okStatus();
+  if (order.size() <= 1) {
+    if (order.empty()) return done;
+    BRAID_CHECK(runForComm(order[0], byComm[order[0]]));
+    return done;
+  }
   // Several communicators: each progresses on its own thread, since their
   // peers may be this very thread's other communicators.
   std::vector<Status> results(order.size());
@@ -94,7 +125,7 @@ Status groupEnd(GroupSimulation* simulate) {
   for (const Status& s : results) {
     if (!s.ok()) return s;
   }
-  return okStatus();
+  return done;
 }
 
 int groupDepth() { return tlsDepth; }

@@ -28,6 +28,11 @@ Status groupStart();
 Status groupEnd(GroupSimulation* simulate);
 // Nesting depth on this thread (0 outside any group).
 int groupDepth();
+// Inside a group: an init started on its own thread (ncclCommInitRank and
+// friends return at once, so one thread can initialize every rank it
+// drives); the outermost ncclGroupEnd waits for the blocking ones and
+// returns the first failure, before it runs any collected operation.
+void groupDeferInit(Communicator* comm, bool blocking);
 // Inside a group: run `op` on `comm` at the outermost ncclGroupEnd.
 void groupDefer(Communicator* comm, std::function<Status()> op);
 void groupDeferP2p(Communicator* comm, const P2pOp& op);

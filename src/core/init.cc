@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "bootstrap/root.h"
+#include "core/group.h"
 #include "platform/gpu.h"
 #include "util/log.h"
 #include "util/param.h"
@@ -132,6 +133,11 @@ Status commInitRank(ncclComm_t* out, int nranks, const std::vector<ncclUniqueId>
   registerComm(comm);
   publishHandle(out, comm);
   std::shared_ptr<InitOutcome> outcome = comm->outcome();
+  if (groupDepth() > 0) {  // ncclGroupEnd waits for it (group.h)
+    comm->setInitThread(std::thread([comm, ids = std::move(ids), outcome] { runInit(comm, ids, outcome); }));
+    groupDeferInit(comm, config.blocking != 0);
+    return config.blocking ? okStatus() : Status(ncclInProgress, "initialization continues in the background");
+  }
   if (!config.blocking) {
     comm->setInitThread(std::thread([comm, ids = std::move(ids), outcome] { runInit(comm, ids, outcome); }));
     return Status(ncclInProgress, "initialization continues in the background");

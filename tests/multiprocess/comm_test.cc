@@ -382,6 +382,42 @@ TEST(CommThreads, InitAllMakesOneCommunicatorPerDevice) {
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
+// As nccl-tests does for several GPUs per thread: inside a group, each
+// ncclCommInitRank returns at once and ncclGroupEnd completes them all; then
+// one thread drives both ranks through grouped collectives.
+TEST(CommThreads, GroupedInitOfSeveralRanksFromOneThread) {
+  const int n = 3;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(ncclCommInitRank(&comms[static_cast<size_t>(r)], n, id, r), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    ncclResult_t state = ncclInProgress;
+    EXPECT_EQ(ncclCommGetAsyncError(comms[static_cast<size_t>(r)], &state), ncclSuccess);
+    EXPECT_EQ(state, ncclSuccess);
+  }
+  std::vector<std::vector<float>> data(n, std::vector<float>(1000));
+  for (int r = 0; r < n; ++r) std::fill(data[static_cast<size_t>(r)].begin(), data[static_cast<size_t>(r)].end(), r + 1.0f);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    float* d = data[static_cast<size_t>(r)].data();
+    ASSERT_EQ(ncclAllReduce(d, d, 1000, ncclFloat, ncclSum, comms[static_cast<size_t>(r)], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(data[static_cast<size_t>(r)][999], 6.0f);
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+
+  // A failing init inside a group: ncclGroupEnd reports it.
+  ncclUniqueId bogus;
+  std::memset(&bogus, 0, sizeof(bogus));
+  ncclComm_t bad = nullptr;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_NE(ncclCommInitRank(&bad, 2, bogus, 0), ncclSuccess);  // the id is refused at once
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+}
+
 TEST(CommThreads, StrayOnAPeerListenerIsDropped) {
   const int n = 2;
   std::vector<ncclComm_t> comms(n, nullptr);
