@@ -39,8 +39,8 @@ struct CallArgs {
 };
 
 // The in-place half of a row: run and checked; run but not checked ("N/A",
-// as nccl-tests for send/recv); or not run at all (all-to-all: nccl-tests
-// passes sendbuff == recvbuff, which NCCL does not define and Braid refuses).
+// as nccl-tests for send/recv, and all-to-all, whose in-place form NCCL does
+// not define); or not run at all.
 enum class InPlace { kChecked, kUnchecked, kSkipped };
 
 struct Collective {

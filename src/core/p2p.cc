@@ -156,13 +156,22 @@ Status enqueueAllToAllv(Communicator* comm, const void* send, const size_t* send
 }
 
 Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type) {
-  if (send == recv && count > 0) {
-    return invalidUsage("all-to-all cannot run in place (sendbuff == recvbuff): use separate buffers");
-  }
   const size_t n = static_cast<size_t>(comm->nranks());
-  std::vector<size_t> counts(n, count), displs(n);
-  for (size_t p = 0; p < n; ++p) displs[p] = p * count;
-  return enqueueAllToAllv(comm, send, counts.data(), displs.data(), recv, counts.data(), displs.data(), type);
+  const size_t bytes = count * datatypeSize(type);
+  std::shared_ptr<std::vector<char>> staging;
+  if (send == recv && bytes > 0) {
+    // In place: what arrives from peer p lands on the block this rank sends
+    // to p, so the outgoing blocks go from a copy, kept until the op ran.
+    staging = std::make_shared<std::vector<char>>(static_cast<const char*>(send),
+                                                  static_cast<const char*>(send) + n * bytes);
+    send = staging->data();
+  }
+  std::vector<P2pOp> ops;
+  for (size_t p = 0; p < n; ++p) {
+    ops.push_back({true, static_cast<int>(p), static_cast<const char*>(send) + p * bytes, nullptr, bytes, staging});
+    ops.push_back({false, static_cast<int>(p), nullptr, static_cast<char*>(recv) + p * bytes, bytes});
+  }
+  return enqueueP2p(comm, ops);
 }
 
 Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "core/comm.h"
@@ -22,6 +23,7 @@ struct P2pOp {
   const void* sendBuf;
   void* recvBuf;
   size_t bytes;
+  std::shared_ptr<const void> keep = nullptr;  // owns a staging copy of sendBuf, if any, until the op ran
 };
 
 Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops);

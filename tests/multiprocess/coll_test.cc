@@ -172,6 +172,14 @@ std::string p2pChecks(const ncclUniqueId& id, int rank, int n) {
           if (out[p * count + i] != val(p, rank, i)) return strCat("alltoall from ", p, " at ", i, tag);
         }
       }
+      // In place (as nccl-tests runs it): Braid stages the outgoing blocks.
+      err = check(ncclAlltoAll(in.data(), in.data(), count, ncclInt32, comm, nullptr), "in-place alltoall");
+      if (!err.empty()) return err + tag;
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) {
+          if (in[p * count + i] != val(p, rank, i)) return strCat("in-place alltoall from ", p, " at ", i, tag);
+        }
+      }
     }
     // All-to-allv, uneven: rank r sends (r + p) % 3 * count / 2 elements to p.
     {
