@@ -26,7 +26,8 @@ Status ChannelSet::ensure(Algo algo, int n) {
     Channel& ch = *channels_[static_cast<size_t>(c)];
     if (algo == Algo::Ring && !ch.ring) {
       auto link = std::make_unique<ShmLink>();
-      BRAID_CHECK(shmConnectRing(bs_, c, slotBytes_, link.get()));
+      const int prev = (bs_->rank() - 1 + bs_->nranks()) % bs_->nranks();
+      BRAID_CHECK(shmConnectRing(bs_, c, slotBytes_, inProcess_[static_cast<size_t>(prev)], link.get()));
       ch.ring = std::move(link);
     }
     if (algo == Algo::Tree && !ch.tree) BRAID_CHECK(connectTree(&ch));
@@ -42,11 +43,12 @@ Status ChannelSet::connectTree(Channel* ch) {
   // The transport's three steps over every connector (shm_transport.h).
   for (int i = 0; i < l.ndown; ++i) {
     t->upRecv[i] = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmPostRecv(bs_, l.down[i], up, slotBytes_, t->upRecv[i].get()));
+    BRAID_CHECK(shmPostRecv(bs_, l.down[i], up, slotBytes_, inProcess_[static_cast<size_t>(l.down[i])],
+                            t->upRecv[i].get()));
   }
   if (l.up >= 0) {
     t->downRecv = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmPostRecv(bs_, l.up, down, slotBytes_, t->downRecv.get()));
+    BRAID_CHECK(shmPostRecv(bs_, l.up, down, slotBytes_, inProcess_[static_cast<size_t>(l.up)], t->downRecv.get()));
     t->upSend = std::make_unique<ShmEnd>();
     BRAID_CHECK(shmOpenSend(bs_, l.up, up, slotBytes_, t->upSend.get()));
   }

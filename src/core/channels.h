@@ -33,9 +33,10 @@ struct Channel {
 
 class ChannelSet {
  public:
-  // `nodeOf[r]`: node index of rank r (ranks of one host share one).
-  ChannelSet(bootstrap::Bootstrap* bs, std::vector<int> nodeOf, size_t slotBytes)
-      : bs_(bs), nodeOf_(std::move(nodeOf)), slotBytes_(slotBytes) {}
+  // `nodeOf[r]`: node index of rank r (ranks of one host share one);
+  // `inProcess[r]`: rank r is a thread of this process.
+  ChannelSet(bootstrap::Bootstrap* bs, std::vector<int> nodeOf, std::vector<bool> inProcess, size_t slotBytes)
+      : bs_(bs), nodeOf_(std::move(nodeOf)), inProcess_(std::move(inProcess)), slotBytes_(slotBytes) {}
 
   // Connects what `algo` needs on channels 0..n-1 (collective: every rank
   // calls it with the same arguments). Direct needs only the channels'
@@ -52,6 +53,7 @@ class ChannelSet {
 
   bootstrap::Bootstrap* bs_;
   std::vector<int> nodeOf_;
+  std::vector<bool> inProcess_;
   size_t slotBytes_;
   std::vector<std::unique_ptr<Channel>> channels_;
 };

@@ -130,7 +130,7 @@ Status Communicator::ensureP2p(const std::vector<int>& sendPeers, const std::vec
   const size_t slot = p2pSlotBytes();
   for (int p : newRecvs) {
     p2pRecv_[p] = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmPostRecv(bootstrap_.get(), p, kShmP2pTag, slot, p2pRecv_[p].get()));
+    BRAID_CHECK(shmPostRecv(bootstrap_.get(), p, kShmP2pTag, slot, sameProcess(p), p2pRecv_[p].get()));
   }
   for (int p : newSends) {
     p2pSend_[p] = std::make_unique<ShmEnd>();
@@ -138,6 +138,12 @@ Status Communicator::ensureP2p(const std::vector<int>& sendPeers, const std::vec
   }
   for (int p : newRecvs) BRAID_CHECK(shmFinishRecv(bootstrap_.get(), p, kShmP2pTag, p2pRecv_[p].get()));
   return okStatus();
+}
+
+bool Communicator::sameProcess(int peer) const {
+  const PeerInfo& p = peers_[static_cast<size_t>(peer)];
+  const PeerInfo& me = peers_[static_cast<size_t>(rank_)];
+  return p.hostHash == me.hostHash && p.pid == me.pid;
 }
 
 Status Communicator::checkSameHost(int peer) const {
@@ -223,7 +229,9 @@ Status Communicator::exchangePeerInfo() {
   }
   nnodes_ = static_cast<int>(hosts.size());
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
-  channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), std::move(nodeOf), p2pSlotBytes());
+  std::vector<bool> inProcess(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) inProcess[static_cast<size_t>(r)] = sameProcess(r);
+  channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), std::move(nodeOf), std::move(inProcess), p2pSlotBytes());
   return okStatus();
 }
 

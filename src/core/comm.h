@@ -137,6 +137,7 @@ class Communicator : public StallListener {
  private:
   Status exchangePeerInfo();
   Status checkSameHost(int peer) const;
+  bool sameProcess(int peer) const;  // a thread of this process (ncclCommInitAll)
 
   int rank_, nranks_, device_;
   Backend backend_ = Backend::Host;

@@ -12,8 +12,9 @@ constexpr size_t kNameBytes = 64;
 constexpr uint32_t kName = 0, kMapped = 1;
 }  // namespace
 
-Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out) {
-  BRAID_CHECK(ShmSegment::create(ConnectorMemory::sizeFor(slotBytes), &out->segment));
+Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, bool peerInProcess,
+                   ShmEnd* out) {
+  BRAID_CHECK(ShmSegment::create(ConnectorMemory::sizeFor(slotBytes), peerInProcess, &out->segment));
   new (out->segment.data()) ConnectorCounters();
   out->conn = Connector::over(out->segment.data(), slotBytes);
   char name[kNameBytes] = {};
@@ -39,15 +40,15 @@ Status shmFinishRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, ShmEnd* i
   return okStatus();
 }
 
-Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, ShmLink* out) {
+Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, bool prevInProcess, ShmLink* out) {
   int n = bs->nranks(), rank = bs->rank();
   int prev = (rank - 1 + n) % n, next = (rank + 1) % n;
   uint32_t tag = shmRingTag(channel);
-  BRAID_CHECK(shmPostRecv(bs, prev, tag, slotBytes, &out->recv));
+  BRAID_CHECK(shmPostRecv(bs, prev, tag, slotBytes, prevInProcess, &out->recv));
   BRAID_CHECK(shmOpenSend(bs, next, tag, slotBytes, &out->send));
   BRAID_CHECK(shmFinishRecv(bs, prev, tag, &out->recv));
-  BRAID_INFO(kLogShm, "channel %d: ring %d -> %d -> %d over shared memory (%zu-byte slots)", channel, prev, rank,
-             next, slotBytes);
+  BRAID_INFO(kLogShm, "channel %d: ring %d -> %d -> %d over %s (%zu-byte slots)", channel, prev, rank, next,
+             prevInProcess ? "process memory" : "shared memory", slotBytes);
   return okStatus();
 }
 

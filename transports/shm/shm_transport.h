@@ -26,8 +26,10 @@ struct ShmEnd {
 };
 
 // `tag` tells apart connectors between the same two ranks (ring channels,
-// point-to-point); both ends pass the same one.
-Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out);
+// point-to-point); both ends pass the same one. `peerInProcess`: the peer is
+// a thread of this process, so plain memory serves.
+Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, bool peerInProcess,
+                   ShmEnd* out);
 Status shmOpenSend(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out);
 Status shmFinishRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, ShmEnd* io);
 
@@ -41,6 +43,7 @@ struct ShmLink {
 };
 
 // Connects channel `channel` of the ring rank -> rank+1 (mod nranks).
-Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, ShmLink* out);
+// `prevInProcess`: rank-1 is a thread of this process.
+Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, bool prevInProcess, ShmLink* out);
 
 }  // namespace braid
