@@ -75,6 +75,7 @@ template <typename T, typename Op, Protocol P = Protocol::Simple>
 class HostPrims {
   static_assert(P == Protocol::Simple || P == Protocol::LL, "the host speaks Simple and LL");
   static constexpr size_t kLLDataBytes = (kLLSlotBytes / 8 - 1) * 4;  // one header unit per slot
+  static constexpr size_t kLLStageStride = (kLLDataBytes + 63) / 64 * 64;  // staging areas stay aligned
 
  public:
   // `localPos` is where the rank's own input goes among the received
@@ -229,7 +230,7 @@ class HostPrims {
         }, "to free a slot", sends_[i].peer, step)) {
       return nullptr;
     }
-    if (P == Protocol::LL) return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLDataBytes));
+    if (P == Protocol::LL) return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride));
     return reinterpret_cast<T*>(c->payload(step));
   }
 
@@ -276,7 +277,7 @@ class HostPrims {
       };
       if (!waitUntil([&] { return arrived(units[0]); }, "to send data", peer, step)) return nullptr;
       if ((unit & 0xffffffffu) != want) return mismatch(peer, unit & 0xffffffffu, step, want);
-      char* stage = detail::llStaging((kMaxPrimsPeers + 2) * kLLDataBytes) + (1 + i) * kLLDataBytes;
+      char* stage = detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride) + (1 + i) * kLLStageStride;
       // The header was acquired after the sender wrote every unit; the flags
       // are checked anyway, as the protocol's own guard.
       const std::atomic<uint64_t>* data = units + 1;
