@@ -49,10 +49,19 @@ class Device {
   virtual std::string describe() = 0;
 
   // Graph capture (-G): supported only by GPU streams. capture() starts
-  // recording stream(); replay() ends it and launches the graph `times` times.
+  // recording stream(); endCapture() ends it; instantiate() makes the
+  // executable graph; replay() launches it `times` times. With several GPUs
+  // on one thread, every capture ends before any graph is instantiated
+  // (instantiating is not allowed while the thread captures another stream).
   virtual bool graphs() const { return false; }
   virtual void capture() {}
+  virtual void endCapture() {}
+  virtual void instantiate() {}
   virtual void replay(int times) {}
+  // Destroys the replayed graph once its launches completed: a graph holding
+  // captured collectives must be gone before its communicator is destroyed
+  // (NCCL's ncclCommDestroy waits for it).
+  virtual void dropGraph() {}
 };
 
 // The device for GPU `index` of this host (or host memory when the build or

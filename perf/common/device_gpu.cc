@@ -63,19 +63,28 @@ class GpuDevice final : public Device {
     return buf;
   }
   bool graphs() const override { return true; }
-  void capture() override { GPUCHECK(GPU(StreamBeginCapture)(stream_, GPU(StreamCaptureModeThreadLocal))); }
-  void replay(int times) override {
-    GPU(Graph_t) graph = nullptr;
-    GPUCHECK(GPU(StreamEndCapture)(stream_, &graph));
+  void dropGraph() override {
     if (graph_) GPUCHECK(GPU(GraphExecDestroy)(graph_));
-    GPUCHECK(GPU(GraphInstantiateWithFlags)(&graph_, graph, 0));
-    GPUCHECK(GPU(GraphDestroy)(graph));
+    graph_ = nullptr;
+  }
+  void capture() override { GPUCHECK(GPU(StreamBeginCapture)(stream_, GPU(StreamCaptureModeThreadLocal))); }
+  void endCapture() override {
+    GPUCHECK(GPU(StreamEndCapture)(stream_, &captured_));
+  }
+  void instantiate() override {
+    if (graph_) GPUCHECK(GPU(GraphExecDestroy)(graph_));
+    GPUCHECK(GPU(GraphInstantiateWithFlags)(&graph_, captured_, 0));
+    GPUCHECK(GPU(GraphDestroy)(captured_));
+    captured_ = nullptr;
+  }
+  void replay(int times) override {
     for (int i = 0; i < times; ++i) GPUCHECK(GPU(GraphLaunch)(graph_, stream_));
   }
 
  private:
   int index_;
   Stream stream_ = nullptr;
+  GPU(Graph_t) captured_ = nullptr;
   GPU(GraphExec_t) graph_ = nullptr;
 };
 

@@ -135,6 +135,8 @@ class Sweep {
       if (o_.aggIters > 1) opsGroupEnd(lib_);
     }
     if (graph) {
+      for (auto& d : w.devices) d->endCapture();
+      for (auto& d : w.devices) d->instantiate();
       team_.barrier(w.thread);
       t0 = now();
       for (auto& d : w.devices) d->replay(o_.graphLaunches);
@@ -143,6 +145,9 @@ class Sweep {
     double cpuSec = (now() - t0) / perCall;
     complete(w);
     double sec = (now() - t0) / perCall;
+    if (graph) {
+      for (auto& d : w.devices) d->dropGraph();
+    }
     if (o_.reportCputime) sec = cpuSec;
     static const Reduce kModes[] = {Reduce::kRank0, Reduce::kSum, Reduce::kMin, Reduce::kMax};
     sec = team_.allReduce(w.thread, sec, kModes[o_.average]);
