@@ -25,7 +25,9 @@
 
 namespace braid::coll {
 
-inline int ringMod(int a, int n) { return ((a % n) + n) % n; }
+inline int ringMod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 // All-reduce: reduce-scatter then all-gather, around the ring.
 template <typename Prims, typename T>
@@ -55,7 +57,8 @@ void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n,
 
 // All-gather: out holds n blocks `stride` apart; block r comes from rank r.
 template <typename Prims, typename T>
-void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n, size_t chunk) {
+void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
+                   size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
     auto block = [&](int r) { return out + static_cast<size_t>(r) * stride + base; };
@@ -67,7 +70,8 @@ void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, i
 
 // Reduce-scatter: in holds n blocks `stride` apart; rank r gets block r reduced.
 template <typename Prims, typename T>
-void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n, size_t chunk) {
+void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
+                       size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
     auto block = [&](int r) { return in + static_cast<size_t>(r) * stride + base; };

@@ -26,8 +26,8 @@ struct TreeRole {
 };
 
 template <typename UpPrims, typename DownPrims, typename T>
-void treeAllReduce(UpPrims& up, DownPrims& down, const T* in, T* out, size_t count, TreeRole role, size_t chunk,
-                   int lag) {
+void treeAllReduce(UpPrims& up, DownPrims& down, const T* in, T* out, size_t count, TreeRole role,
+                   size_t chunk, int lag) {
   const size_t nchunks = (count + chunk - 1) / chunk;
   auto span = [&](size_t k) { return std::min(chunk, count - k * chunk); };
   auto reduceUp = [&](size_t k) {

@@ -6,7 +6,9 @@
 namespace braid {
 namespace {
 
-uint32_t treeTag(int channel, bool up) { return 0x54480000u + 4u * static_cast<uint32_t>(channel) + (up ? 0u : 2u); }
+uint32_t treeTag(int channel, bool up) {
+  return 0x54480000u + 4u * static_cast<uint32_t>(channel) + (up ? 0u : 2u);
+}
 
 std::string fifo(const char* dir, int peer, const ShmEnd* end) {
   if (end == nullptr) return "";
@@ -48,7 +50,8 @@ Status ChannelSet::connectTree(Channel* ch) {
   }
   if (l.up >= 0) {
     t->downRecv = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmPostRecv(bs_, l.up, down, slotBytes_, inProcess_[static_cast<size_t>(l.up)], t->downRecv.get()));
+    BRAID_CHECK(
+        shmPostRecv(bs_, l.up, down, slotBytes_, inProcess_[static_cast<size_t>(l.up)], t->downRecv.get()));
     t->upSend = std::make_unique<ShmEnd>();
     BRAID_CHECK(shmOpenSend(bs_, l.up, up, slotBytes_, t->upSend.get()));
   }
@@ -70,8 +73,9 @@ void ChannelSet::dump(int stalledChannel) const {
   const int rank = bs_->rank(), n = bs_->nranks();
   for (const auto& chp : channels_) {
     const Channel& ch = *chp;
-    std::string line = strCat("channel ", ch.id, ch.id == stalledChannel ? " (stalled)" : "", ": collectives issued ",
-                              ch.issued.load(), " completed ", ch.completed.load(), ";");
+    std::string line =
+        strCat("channel ", ch.id, ch.id == stalledChannel ? " (stalled)" : "", ": collectives issued ",
+               ch.issued.load(), " completed ", ch.completed.load(), ";");
     if (ch.ring) {
       line += strCat(" ring", fifo("send to", (rank + 1) % n, &ch.ring->send),
                      fifo("recv from", (rank - 1 + n) % n, &ch.ring->recv), ";");
@@ -79,7 +83,8 @@ void ChannelSet::dump(int stalledChannel) const {
     if (ch.tree) {
       const TreeLinks& l = ch.tree->links;
       line += " tree";
-      line += fifo("up-send to", l.up, ch.tree->upSend.get()) + fifo("down-recv from", l.up, ch.tree->downRecv.get());
+      line += fifo("up-send to", l.up, ch.tree->upSend.get()) +
+              fifo("down-recv from", l.up, ch.tree->downRecv.get());
       for (int i = 0; i < l.ndown; ++i) {
         line += fifo("up-recv from", l.down[i], ch.tree->upRecv[i].get()) +
                 fifo("down-send to", l.down[i], ch.tree->downSend[i].get());

@@ -20,7 +20,7 @@ namespace braid {
 
 struct TreeConnectors {
   TreeLinks links;
-  std::unique_ptr<ShmEnd> upSend, downRecv;  // with the parent
+  std::unique_ptr<ShmEnd> upSend, downRecv;                                      // with the parent
   std::unique_ptr<ShmEnd> upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];  // with each child
 };
 

@@ -108,7 +108,8 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
     }
     case Algo::Ring: break;
   }
-  HostPrims<T, Op, P> prims({&ch.ring->send.conn, (rank + 1) % n}, {&ch.ring->recv.conn, (rank - 1 + n) % n}, ctx, op);
+  HostPrims<T, Op, P> prims({&ch.ring->send.conn, (rank + 1) % n}, {&ch.ring->recv.conn, (rank - 1 + n) % n},
+                            ctx, op);
   size_t chunk = prims.maxElems();
   if (P == Protocol::Simple) {
     size_t want = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get()) : kDefaultChunkBytes;
@@ -117,7 +118,9 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
   switch (a.type) {
     case CollType::AllReduce: coll::ringAllReduce(prims, in, out, len, rank, n, chunk); break;
     case CollType::AllGather: coll::ringAllGather(prims, in, out, len, a.count, rank, n, chunk); break;
-    case CollType::ReduceScatter: coll::ringReduceScatter(prims, in, out, len, a.count, rank, n, chunk); break;
+    case CollType::ReduceScatter:
+      coll::ringReduceScatter(prims, in, out, len, a.count, rank, n, chunk);
+      break;
     case CollType::Broadcast: coll::ringBroadcast(prims, in, out, len, rank, n, a.root, chunk); break;
     case CollType::Reduce: coll::ringReduce(prims, in, out, len, rank, n, a.root, chunk); break;
   }
@@ -237,7 +240,8 @@ Status checkAcrossRanks(Communicator* comm, const CollArgs& a, uint64_t seq) {
   mine.op = reduces ? static_cast<int32_t>(a.op) : -1;
   mine.root = (a.type == CollType::Broadcast || a.type == CollType::Reduce) ? a.root : -1;
   std::strncpy(mine.name, a.name, sizeof(mine.name) - 1);
-  BRAID_CHECK(comm->bootstrap()->allGather(all.data(), sizeof(CollRecord))
+  BRAID_CHECK(comm->bootstrap()
+                  ->allGather(all.data(), sizeof(CollRecord))
                   .withContext(strCat("BRAID_CHECK_COLL: comparing ", a.name, " #", seq, " across ranks")));
   // Everyone compares against rank 0, so every rank reports the same thing.
   const CollRecord& ref = all[0];
@@ -264,7 +268,8 @@ size_t tuneBytes(const CollArgs& a, int nranks) {
 
 Status runNow(Communicator* comm, const CollArgs& a) {
   if (comm->backend() != Backend::Host) {
-    return invalidUsage(a.name, " on the GPU backend is not available in this release; set BRAID_BACKEND=host "
+    return invalidUsage(a.name,
+                        " on the GPU backend is not available in this release; set BRAID_BACKEND=host "
                         "to run collectives on the CPU");
   }
   Plan plan;
@@ -273,14 +278,20 @@ Status runNow(Communicator* comm, const CollArgs& a) {
   Status s = [&]() -> Status {
     if (paramCheckColl.get() && comm->nranks() > 1) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
     BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype));
-    TuneInput in{a.type, tuneBytes(a, comm->nranks()), comm->nranks(), comm->nnodes(), comm->localRanks(),
-                 comm->hostChannels(), Communicator::hostCores()};
+    TuneInput in{a.type,
+                 tuneBytes(a, comm->nranks()),
+                 comm->nranks(),
+                 comm->nnodes(),
+                 comm->localRanks(),
+                 comm->hostChannels(),
+                 Communicator::hostCores()};
     plan.choice = comm->choices().select(in);
     // A channel gets at least a cache line's worth, so tiny counts use one.
     const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));
-    plan.choice.nChannels = static_cast<int>(
-        std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(plan.choice.nChannels), (a.count + align - 1) / align)));
-    BRAID_INFO(kLogColl, "%s #%llu count %zu datatype %d op %d root %d: %s/%s, %d channel%s (estimated %.1f us)%s%s",
+    plan.choice.nChannels = static_cast<int>(std::max<size_t>(
+        1, std::min<size_t>(static_cast<size_t>(plan.choice.nChannels), (a.count + align - 1) / align)));
+    BRAID_INFO(kLogColl,
+               "%s #%llu count %zu datatype %d op %d root %d: %s/%s, %d channel%s (estimated %.1f us)%s%s",
                a.name, static_cast<unsigned long long>(plan.seq), a.count, static_cast<int>(a.datatype),
                static_cast<int>(a.op), a.root, algoName(plan.choice.algo), protocolName(plan.choice.proto),
                plan.choice.nChannels, plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
@@ -299,7 +310,8 @@ Status runNow(Communicator* comm, const CollArgs& a) {
 
 Status enqueueCollective(Communicator* comm, const CollArgs& args) {
   if ((args.type == CollType::Broadcast || args.type == CollType::Reduce) && args.root >= comm->nranks()) {
-    return invalidArgument("argument 'root' is ", args.root, "; the communicator has ", comm->nranks(), " ranks");
+    return invalidArgument("argument 'root' is ", args.root, "; the communicator has ", comm->nranks(),
+                           " ranks");
   }
   if (args.type != CollType::AllGather && args.type != CollType::Broadcast) {
     BRAID_CHECK(comm->redOps().resolve(args.op, args.datatype));

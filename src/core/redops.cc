@@ -49,7 +49,8 @@ Status RedOpTable::destroy(ncclRedOp_t op) {
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t index = static_cast<size_t>(raw - ncclNumOps);
   if (raw < ncclNumOps || index >= ops_.size() || !ops_[index].live) {
-    return invalidArgument("argument 'op' (", raw, ") is not a live operator of this communicator: it was destroyed ",
+    return invalidArgument("argument 'op' (", raw,
+                           ") is not a live operator of this communicator: it was destroyed ",
                            "already, belongs to another communicator, or is built in");
   }
   ops_[index].live = false;
@@ -61,7 +62,8 @@ Status RedOpTable::resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t index = static_cast<size_t>(raw - ncclNumOps);
   if (index >= ops_.size() || !ops_[index].live) {
-    return invalidArgument("argument 'op' is ", raw, ", which is neither a built-in ncclRedOp_t nor a live operator ",
+    return invalidArgument("argument 'op' is ", raw,
+                           ", which is neither a built-in ncclRedOp_t nor a live operator ",
                            "created by ncclRedOpCreatePreMulSum on this communicator");
   }
   const Entry& e = ops_[index];

@@ -13,7 +13,8 @@ namespace {
 
 // Names NCCL_ALGO accepts: Braid's algorithms first (in Algo order), then
 // NCCL's that Braid does not have.
-const char* const kAlgoNames[] = {"Ring", "Tree", "Direct", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+const char* const kAlgoNames[] = {"Ring",         "Tree", "Direct",   "CollNetDirect",
+                                  "CollNetChain", "NVLS", "NVLSTree", "PAT"};
 const char* const kProtoNames[] = {"Simple", "LL", "LL128"};
 
 std::string lower(std::string s) {
@@ -57,7 +58,8 @@ Status parseList(const std::string& list, const char* const* names, int n, const
   return okStatus();
 }
 
-Status parseFilter(const std::string& text, const char* const* names, int n, const char* what, AlgoFilter* out) {
+Status parseFilter(const std::string& text, const char* const* names, int n, const char* what,
+                   AlgoFilter* out) {
   for (auto& row : out->allowed) std::fill(std::begin(row), std::end(row), true);
   if (trim(text).empty()) return okStatus();
   if (text.find(':') == std::string::npos) {
@@ -71,7 +73,8 @@ Status parseFilter(const std::string& text, const char* const* names, int n, con
     if (entry.empty()) continue;
     size_t colon = entry.find(':');
     if (colon == std::string::npos) {
-      return invalidArgument("'", entry, "' is not of the form collective:", what, "s (e.g. allreduce:ring,tree)");
+      return invalidArgument("'", entry, "' is not of the form collective:", what,
+                             "s (e.g. allreduce:ring,tree)");
     }
     std::string key = lower(trim(entry.substr(0, colon)));
     int coll = -1;
@@ -79,7 +82,8 @@ Status parseFilter(const std::string& text, const char* const* names, int n, con
       if (key == collTypeKey(static_cast<CollType>(c))) coll = c;
     }
     if (coll < 0) {
-      return invalidArgument("unknown collective '", key, "' (known: allreduce, allgather, reducescatter, broadcast, reduce)");
+      return invalidArgument("unknown collective '", key,
+                             "' (known: allreduce, allgather, reducescatter, broadcast, reduce)");
     }
     Status s = parseList(entry.substr(colon + 1), names, n, what, out->allowed[coll]);
     if (!s.ok()) return s;
@@ -96,18 +100,20 @@ Status validateProto(const std::string& text) {
   return parseProtoFilter(text, &f);
 }
 
-StringParam paramAlgo("ALGO", "",
-                      "Algorithms collectives may use: a list (Ring,Tree,Direct), an exclusion (^Tree) or per "
-                      "collective (allreduce:tree;broadcast:ring); empty lets the selector choose",
-                      {}, &validateAlgo);
+StringParam paramAlgo(
+    "ALGO", "",
+    "Algorithms collectives may use: a list (Ring,Tree,Direct), an exclusion (^Tree) or per "
+    "collective (allreduce:tree;broadcast:ring); empty lets the selector choose",
+    {}, &validateAlgo);
 StringParam paramProto("PROTO", "",
                        "Protocols collectives may use: a list (Simple,LL,LL128), an exclusion (^LL) or per "
                        "collective; the host backend speaks Simple and LL",
                        {}, &validateProto);
 IntParam paramMinChannels("MIN_NCHANNELS", 1, "Fewest channels a collective runs on");
-IntParam paramMaxChannels("MAX_NCHANNELS", 0,
-                          "Most channels a collective runs on (0: as many as the machine affords: on the host "
-                          "backend, cores per local rank, at most 16)");
+IntParam paramMaxChannels(
+    "MAX_NCHANNELS", 0,
+    "Most channels a collective runs on (0: as many as the machine affords: on the host "
+    "backend, cores per local rank, at most 16)");
 
 // Host backend constants (microseconds, bytes per microsecond and channel),
 // from the 2-rank sweeps: Ring/Simple 8 B 1.0 us and 128 KiB 15.7 us,
@@ -125,7 +131,9 @@ constexpr double kOversubscribedStepUs = 8.0;
 constexpr double kBytesPerChannel = 512.0 * 1024;
 constexpr int kDirectMaxRanks = 8;
 
-double log2Ceil(int n) { return n <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(n))); }
+double log2Ceil(int n) {
+  return n <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(n)));
+}
 
 // Steps on the critical path and bytes through the busiest rank, or false
 // if the algorithm cannot run this collective here.
@@ -156,17 +164,26 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
 
 }  // namespace
 
-const char* algoName(Algo a) { return kAlgoNames[static_cast<int>(a)]; }
+const char* algoName(Algo a) {
+  return kAlgoNames[static_cast<int>(a)];
+}
 
 const char* algoDescription(Algo a) {
   switch (a) {
-    case Algo::Ring: return "ring: reduce-scatter then all-gather around a ring (pipelined chain for broadcast/reduce); best bandwidth";
-    case Algo::Tree: return "tree: reduce up then broadcast down; chains inside a node, a double binary tree across nodes";
-    default: return "direct (one-shot): every rank sends its input to every peer and reduces all in rank order; lowest latency, one node, at most 8 ranks";
+    case Algo::Ring:
+      return "ring: reduce-scatter then all-gather around a ring (pipelined chain for broadcast/reduce); "
+             "best bandwidth";
+    case Algo::Tree:
+      return "tree: reduce up then broadcast down; chains inside a node, a double binary tree across nodes";
+    default:
+      return "direct (one-shot): every rank sends its input to every peer and reduces all in rank order; "
+             "lowest latency, one node, at most 8 ranks";
   }
 }
 
-bool algoImplements(Algo a, CollType c) { return a == Algo::Ring || c == CollType::AllReduce; }
+bool algoImplements(Algo a, CollType c) {
+  return a == Algo::Ring || c == CollType::AllReduce;
+}
 
 Status parseAlgoFilter(const std::string& text, AlgoFilter* out) {
   return parseFilter(text, kAlgoNames, 8, "algorithm", out);
@@ -204,7 +221,8 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         const ProtoCost& cost = kHostCost[pi];
         const bool shared = in.cores > 0 && in.localRanks > in.cores;  // ranks take turns on the cores
         const double share = shared ? static_cast<double>(in.cores) / in.localRanks : 1.0;
-        double us = steps * (shared ? kOversubscribedStepUs : cost.stepUs) + bytes / (cost.bytesPerUs * share * nch);
+        double us =
+            steps * (shared ? kOversubscribedStepUs : cost.stepUs) + bytes / (cost.bytesPerUs * share * nch);
         if (!found || us < best.estimatedUs) {
           best.algo = static_cast<Algo>(ai);
           best.proto = static_cast<Protocol>(pi);
@@ -215,8 +233,9 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
       }
     }
     if (!found && pass == 0) {
-      best.note = strCat("NCCL_ALGO='", algoText, "' and NCCL_PROTO='", protoText, "' allow nothing that runs ",
-                         collTypeKey(in.coll), " here; using the selector's choice");
+      best.note =
+          strCat("NCCL_ALGO='", algoText, "' and NCCL_PROTO='", protoText, "' allow nothing that runs ",
+                 collTypeKey(in.coll), " here; using the selector's choice");
     }
   }
   return best;

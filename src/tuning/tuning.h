@@ -42,12 +42,12 @@ constexpr int kMaxChannels = 16;
 
 struct TuneInput {
   CollType coll;
-  size_t bytes;      // bytes of one rank's input (all-gather: its block; reduce-scatter: all blocks)
+  size_t bytes;  // bytes of one rank's input (all-gather: its block; reduce-scatter: all blocks)
   int nranks;
-  int nnodes;        // hosts the ranks run on
-  int localRanks;    // ranks on this rank's host
-  int maxChannels;   // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
-  int cores = 0;     // cores of this host (0: unknown); fewer than localRanks means ranks share cores
+  int nnodes;       // hosts the ranks run on
+  int localRanks;   // ranks on this rank's host
+  int maxChannels;  // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
+  int cores = 0;    // cores of this host (0: unknown); fewer than localRanks means ranks share cores
 };
 
 struct TuneChoice {

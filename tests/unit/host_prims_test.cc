@@ -1,6 +1,8 @@
 // Host primitives and the algorithms over them, with ranks as threads of
 // one process and connectors in plain memory: both protocols, several
 // peers per step, PreMulSum, in-place, and every failure path.
+#include "exec/host/host_prims.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,7 +15,6 @@
 #include "collectives/direct.h"
 #include "collectives/ring.h"
 #include "collectives/tree.h"
-#include "exec/host/host_prims.h"
 #include "exec/reduce_ops.h"
 #include "topology/trees.h"
 
@@ -72,8 +73,10 @@ void ringAllReduceCase(int n, size_t count, size_t chunk) {
   runThreads(n, [&](int r) {
     std::vector<float> in(count);
     for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((r * 7 + i * 3) % 11);
-    HostPrims<float, OpSum, P> p(fabric.sendTo(r, (r + 1) % n), fabric.recvFrom(r, (r - 1 + n) % n), context());
-    coll::ringAllReduce(p, in.data(), out[static_cast<size_t>(r)].data(), count, r, n, std::min(chunk, p.maxElems()));
+    HostPrims<float, OpSum, P> p(fabric.sendTo(r, (r + 1) % n), fabric.recvFrom(r, (r - 1 + n) % n),
+                                 context());
+    coll::ringAllReduce(p, in.data(), out[static_cast<size_t>(r)].data(), count, r, n,
+                        std::min(chunk, p.maxElems()));
     status[static_cast<size_t>(r)] = p.status();
   });
   for (int r = 0; r < n; ++r) {
@@ -114,8 +117,8 @@ void treeCase(const std::vector<int>& nodeOf, int tree, size_t count) {
     OpPreMulSum<double> op{2.0};
     HostPrims<double, OpPreMulSum<double>, P> up(&parentUp, l.up >= 0, childUp, l.ndown, context(), op);
     HostPrims<double, OpPreMulSum<double>, P> down(childDown, l.ndown, &parentDown, l.up >= 0, context(), op);
-    coll::treeAllReduce(up, down, in.data(), out[static_cast<size_t>(r)].data(), count, {l.up >= 0, l.ndown > 0},
-                        std::min<size_t>(7, up.maxElems()), kConnectorSteps / 2);
+    coll::treeAllReduce(up, down, in.data(), out[static_cast<size_t>(r)].data(), count,
+                        {l.up >= 0, l.ndown > 0}, std::min<size_t>(7, up.maxElems()), kConnectorSteps / 2);
     status[static_cast<size_t>(r)] = up.failed() ? up.status() : down.status();
   });
   for (int r = 0; r < n; ++r) {
@@ -129,17 +132,19 @@ void treeCase(const std::vector<int>& nodeOf, int tree, size_t count) {
 }
 
 TEST(HostPrims, TreeAllReduceChainAndDoubleBinaryTree) {
-  treeCase<Protocol::Simple>({0, 0, 0, 0}, 0, 100);                   // one node: a chain
-  treeCase<Protocol::Simple>({0, 1, 2, 3, 4, 5, 6}, 0, 100);          // 7 nodes, tree 0
-  treeCase<Protocol::LL>({0, 1, 2, 3, 4, 5, 6}, 1, 100);              // tree 1 (mirrored)
-  treeCase<Protocol::Simple>({0, 0, 1, 1, 2, 2, 3, 3}, 1, 333);       // chains + shifted tree: 3 children
+  treeCase<Protocol::Simple>({0, 0, 0, 0}, 0, 100);              // one node: a chain
+  treeCase<Protocol::Simple>({0, 1, 2, 3, 4, 5, 6}, 0, 100);     // 7 nodes, tree 0
+  treeCase<Protocol::LL>({0, 1, 2, 3, 4, 5, 6}, 1, 100);         // tree 1 (mirrored)
+  treeCase<Protocol::Simple>({0, 0, 1, 1, 2, 2, 3, 3}, 1, 333);  // chains + shifted tree: 3 children
 }
 
 TEST(HostPrims, OneShotIsBitwiseIdenticalOnEveryRankAndInPlace) {
   const int n = 4;
   const size_t count = 33;
   // Values whose float sum depends on the order of the additions.
-  auto value = [](int r, size_t i) { return (r % 2 == 0 ? 1e8f : 1.0f) * (r == 2 ? -1.0f : 1.0f) + float(i); };
+  auto value = [](int r, size_t i) {
+    return (r % 2 == 0 ? 1e8f : 1.0f) * (r == 2 ? -1.0f : 1.0f) + float(i);
+  };
   for (Protocol proto : {Protocol::Simple, Protocol::LL}) {
     Fabric fabric(1024);
     std::vector<std::vector<float>> buf(n, std::vector<float>(count));
@@ -185,7 +190,8 @@ TEST(HostPrims, MismatchedStepsAreAnErrorNotCorruption) {
         HostPrims<int, OpSum, Protocol::LL> p(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r), context());
         run(p);
       } else {
-        HostPrims<int, OpSum, Protocol::Simple> p(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r), context());
+        HostPrims<int, OpSum, Protocol::Simple> p(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r),
+                                                  context());
         run(p);
       }
     });
@@ -211,7 +217,8 @@ TEST(HostPrims, StallsTimeOutNamingThePeerAndAbortAndCancelStopWaits) {
     HostPrims<float, OpSum> p(fabric.sendTo(0, 1), fabric.recvFrom(0, 5), ctx);
     p.recv(x, 4);  // rank 5 never sends
     ASSERT_EQ(p.status().code(), ncclRemoteError);
-    EXPECT_NE(p.status().message().find("channel 3 waiting for rank 5"), std::string::npos) << p.status().message();
+    EXPECT_NE(p.status().message().find("channel 3 waiting for rank 5"), std::string::npos)
+        << p.status().message();
     EXPECT_EQ(listener.calls.load(), 1);
     p.recv(x, 4);  // a failed primitives object stays failed and never waits again
     EXPECT_EQ(listener.calls.load(), 1);

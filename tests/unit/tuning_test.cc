@@ -1,4 +1,6 @@
 // The selector, NCCL_ALGO / NCCL_PROTO parsing and the double binary tree.
+#include "tuning/tuning.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -6,7 +8,6 @@
 #include <set>
 
 #include "topology/trees.h"
-#include "tuning/tuning.h"
 #include "util/param.h"
 
 namespace braid {
@@ -43,7 +44,8 @@ TEST(AlgoFilter, ListsExclusionsAndPerCollective) {
   ASSERT_TRUE(parseAlgoFilter("allreduce:tree;broadcast:ring", &f).ok());
   EXPECT_FALSE(f.allowed[static_cast<int>(CollType::AllReduce)][static_cast<int>(Algo::Ring)]);
   EXPECT_TRUE(f.allowed[static_cast<int>(CollType::AllReduce)][static_cast<int>(Algo::Tree)]);
-  EXPECT_TRUE(f.allowed[static_cast<int>(CollType::AllGather)][static_cast<int>(Algo::Direct)]);  // unnamed: all
+  EXPECT_TRUE(
+      f.allowed[static_cast<int>(CollType::AllGather)][static_cast<int>(Algo::Direct)]);  // unnamed: all
   ASSERT_TRUE(parseAlgoFilter("NVLS,CollNetDirect,PAT", &f).ok());  // NCCL's: accepted, never chosen
   Status bad = parseAlgoFilter("Ring,Bogus", &f);
   ASSERT_FALSE(bad.ok());
@@ -134,7 +136,8 @@ void checkTree(const std::vector<int>& nodeOf, int t) {
       EXPECT_NE(std::find(p.down, p.down + p.ndown, r), p.down + p.ndown) << "rank " << r;
       // Across nodes only between heads (first rank of a node).
       if (nodeOf[static_cast<size_t>(l.up)] != nodeOf[static_cast<size_t>(r)]) {
-        EXPECT_EQ(std::find(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(r)]) - nodeOf.begin(), r);
+        EXPECT_EQ(std::find(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(r)]) - nodeOf.begin(),
+                  r);
       }
     }
   }

@@ -74,15 +74,19 @@ inline char* llStaging(size_t bytes) {
 template <typename T, typename Op, Protocol P = Protocol::Simple>
 class HostPrims {
   static_assert(P == Protocol::Simple || P == Protocol::LL, "the host speaks Simple and LL");
-  static constexpr size_t kLLDataBytes = (kLLSlotBytes / 8 - 1) * 4;  // one header unit per slot
+  static constexpr size_t kLLDataBytes = (kLLSlotBytes / 8 - 1) * 4;       // one header unit per slot
   static constexpr size_t kLLStageStride = (kLLDataBytes + 63) / 64 * 64;  // staging areas stay aligned
 
  public:
   // `localPos` is where the rank's own input goes among the received
   // inputs of a reduction (default: last).
-  HostPrims(const PeerConnector* sends, int nsend, const PeerConnector* recvs, int nrecv, const PrimsContext& ctx,
-            Op op = Op(), int localPos = -1)
-      : nsend_(nsend), nrecv_(nrecv), localPos_(localPos < 0 ? nrecv : localPos), ctx_(ctx), op_(op),
+  HostPrims(const PeerConnector* sends, int nsend, const PeerConnector* recvs, int nrecv,
+            const PrimsContext& ctx, Op op = Op(), int localPos = -1)
+      : nsend_(nsend),
+        nrecv_(nrecv),
+        localPos_(localPos < 0 ? nrecv : localPos),
+        ctx_(ctx),
+        op_(op),
         backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel) {
     for (int i = 0; i < nsend; ++i) sends_[i] = sends[i];
     for (int i = 0; i < nrecv; ++i) recvs_[i] = recvs[i];
@@ -104,7 +108,9 @@ class HostPrims {
   void recvReduceCopySend(const T* src, T* dst, size_t n) { step(src, true, true, dst, true, n); }
   void recvReduceCopy(const T* src, T* dst, size_t n) { step(src, true, true, dst, false, n); }
   void recvCopySend(T* dst, size_t n) { step(nullptr, false, true, dst, true, n); }
-  void copySend(const T* src, T* dst, size_t n) { step(src, false, false, src == dst ? nullptr : dst, true, n); }
+  void copySend(const T* src, T* dst, size_t n) {
+    step(src, false, false, src == dst ? nullptr : dst, true, n);
+  }
 
  private:
   size_t slotBytes() const {
@@ -223,14 +229,17 @@ class HostPrims {
     uint64_t step = c->step;
     // The receiver's head lives in a cache line it writes every step; read
     // it only when the last value seen says the FIFO is full.
-    if (c->seenHead + kConnectorSteps <= step &&
-        !waitUntil([c, step] {
-          c->seenHead = c->counters->head.load(std::memory_order_acquire);
-          return c->seenHead + kConnectorSteps > step;
-        }, "to free a slot", sends_[i].peer, step)) {
+    if (c->seenHead + kConnectorSteps <= step && !waitUntil(
+                                                     [c, step] {
+                                                       c->seenHead =
+                                                           c->counters->head.load(std::memory_order_acquire);
+                                                       return c->seenHead + kConnectorSteps > step;
+                                                     },
+                                                     "to free a slot", sends_[i].peer, step)) {
       return nullptr;
     }
-    if (P == Protocol::LL) return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride));
+    if (P == Protocol::LL)
+      return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride));
     return reinterpret_cast<T*>(c->payload(step));
   }
 
@@ -296,13 +305,14 @@ class HostPrims {
         std::memcpy(stage + 4 * whole, &d, want % 4);
       }
       if (stale != 0) {
-        status_ = internalError(what_(), ": LL data from rank ", peer, " at step ", step, " carries a stale flag");
+        status_ =
+            internalError(what_(), ": LL data from rank ", peer, " at step ", step, " carries a stale flag");
         return nullptr;
       }
       return reinterpret_cast<const T*>(stage);
     }
-    if (!waitUntil([c, step] { return c->counters->tail.load(std::memory_order_acquire) > step; }, "to send data",
-                   peer, step)) {
+    if (!waitUntil([c, step] { return c->counters->tail.load(std::memory_order_acquire) > step; },
+                   "to send data", peer, step)) {
       return nullptr;
     }
     const SlotHeader* h = c->header(step);
