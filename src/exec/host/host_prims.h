@@ -150,8 +150,9 @@ class HostPrims {
     T* target = dst != nullptr ? dst : (nout > 0 ? out[0] : nullptr);
     // Reducing two inputs into the user's buffer and a slot: one pass writes
     // both (a ring's recvReduceCopySend, the bulk of a large all-reduce).
-    const bool both = nin == 2 && !pre[0] && !pre[1] && dst != nullptr && nout == 1 && out[0] != dst &&
-                      in[0] != dst && in[1] != dst;
+    // Element i is read before it is written, so an input may be `dst`.
+    const bool both =
+        nin == 2 && (!Op::kHasPre || (!pre[0] && !pre[1])) && dst != nullptr && nout == 1 && out[0] != dst;
     if (both && n > 0) {
       const T* a = in[0];
       const T* b = in[1];
