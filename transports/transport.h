@@ -81,6 +81,14 @@ struct Connector {
                           // reading it again is needed only when the FIFO looks full)
 
   bool valid() const { return counters != nullptr; }
+  // Sender: whether slot `step` is free. The receiver's head lives in a
+  // cache line it writes every step, so it is read again only when the last
+  // value seen says the FIFO is full.
+  bool sendSlotFree() {
+    if (seenHead + kConnectorSteps > step) return true;
+    seenHead = counters->head.load(std::memory_order_acquire);
+    return seenHead + kConnectorSteps > step;
+  }
   SlotHeader* header(uint64_t s) const {
     return reinterpret_cast<SlotHeader*>(slots + (s % kConnectorSteps) * (sizeof(SlotHeader) + slotBytes));
   }

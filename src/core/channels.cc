@@ -10,13 +10,13 @@ uint32_t treeTag(int channel, bool up) {
   return 0x54480000u + 4u * static_cast<uint32_t>(channel) + (up ? 0u : 2u);
 }
 
-std::string fifo(const char* dir, int peer, const ShmEnd* end) {
+}  // namespace
+
+std::string fifoState(const char* dir, int peer, const ShmEnd* end) {
   if (end == nullptr) return "";
   const ConnectorCounters* c = end->conn.counters;
   return strCat(" ", dir, " rank ", peer, " [tail ", c->tail.load(), " head ", c->head.load(), "]");
 }
-
-}  // namespace
 
 Status ChannelSet::ensure(Algo algo, int n) {
   while (connected() < n) {
@@ -77,17 +77,17 @@ void ChannelSet::dump(int stalledChannel) const {
         strCat("channel ", ch.id, ch.id == stalledChannel ? " (stalled)" : "", ": collectives issued ",
                ch.issued.load(), " completed ", ch.completed.load(), ";");
     if (ch.ring) {
-      line += strCat(" ring", fifo("send to", (rank + 1) % n, &ch.ring->send),
-                     fifo("recv from", (rank - 1 + n) % n, &ch.ring->recv), ";");
+      line += strCat(" ring", fifoState("send to", (rank + 1) % n, &ch.ring->send),
+                     fifoState("recv from", (rank - 1 + n) % n, &ch.ring->recv), ";");
     }
     if (ch.tree) {
       const TreeLinks& l = ch.tree->links;
       line += " tree";
-      line += fifo("up-send to", l.up, ch.tree->upSend.get()) +
-              fifo("down-recv from", l.up, ch.tree->downRecv.get());
+      line += fifoState("up-send to", l.up, ch.tree->upSend.get()) +
+              fifoState("down-recv from", l.up, ch.tree->downRecv.get());
       for (int i = 0; i < l.ndown; ++i) {
-        line += fifo("up-recv from", l.down[i], ch.tree->upRecv[i].get()) +
-                fifo("down-send to", l.down[i], ch.tree->downSend[i].get());
+        line += fifoState("up-recv from", l.down[i], ch.tree->upRecv[i].get()) +
+                fifoState("down-send to", l.down[i], ch.tree->downSend[i].get());
       }
     }
     BRAID_WARN("%s", line.c_str());

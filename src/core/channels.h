@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
@@ -30,6 +31,10 @@ struct Channel {
   std::unique_ptr<TreeConnectors> tree;
   std::atomic<uint64_t> issued{0}, completed{0};
 };
+
+// " send to rank 3 [tail 17 head 17]": one connector's FIFO state for
+// stall dumps ("" for a missing end).
+std::string fifoState(const char* dir, int peer, const ShmEnd* end);
 
 class ChannelSet {
  public:

@@ -187,16 +187,10 @@ void Communicator::onStall(int channel) {
   BRAID_WARN("comm %p rank %d: stalled on channel %d; collectives issued %llu; FIFO state follows",
              static_cast<void*>(this), rank_, channel, static_cast<unsigned long long>(collectiveSeq_));
   channels_->dump(channel);
-  for (const auto& [peer, end] : p2pSend_) {
-    if (end) BRAID_WARN("p2p send to rank %d [tail %llu head %llu]", peer,
-                        static_cast<unsigned long long>(end->conn.counters->tail.load()),
-                        static_cast<unsigned long long>(end->conn.counters->head.load()));
-  }
-  for (const auto& [peer, end] : p2pRecv_) {
-    if (end) BRAID_WARN("p2p recv from rank %d [tail %llu head %llu]", peer,
-                        static_cast<unsigned long long>(end->conn.counters->tail.load()),
-                        static_cast<unsigned long long>(end->conn.counters->head.load()));
-  }
+  std::string p2p;
+  for (const auto& [peer, end] : p2pSend_) p2p += fifoState("send to", peer, end.get());
+  for (const auto& [peer, end] : p2pRecv_) p2p += fifoState("recv from", peer, end.get());
+  if (!p2p.empty()) BRAID_WARN("point-to-point:%s", p2p.c_str());
 }
 
 Status Communicator::exchangePeerInfo() {

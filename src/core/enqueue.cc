@@ -45,6 +45,7 @@ void divideBy(T* data, size_t count, int n) {
 struct Plan {
   TuneChoice choice;
   uint64_t seq = 0;
+  ScalarBits scalar;                // a PreMulSum operator's scalar, read once when the collective starts
   std::atomic<bool> cancel{false};  // raised by the first channel that fails
 };
 
@@ -168,10 +169,8 @@ template <typename T>
 Status runWithOp(Communicator* comm, const CollArgs& a, Plan& plan) {
   const int op = static_cast<int>(a.op);
   if (op >= ncclNumOps) {
-    ScalarBits bits;
-    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &bits));
     OpPreMulSum<T> pre;
-    std::memcpy(&pre.scalar, bits.bytes, sizeof(T));
+    std::memcpy(&pre.scalar, plan.scalar.bytes, sizeof(T));
     return runTyped<T>(comm, a, plan, pre);
   }
   switch (op) {
@@ -277,7 +276,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
   LogRankScope scope(comm->rank());
   Status s = [&]() -> Status {
     if (paramCheckColl.get() && comm->nranks() > 1) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
-    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype));
+    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar));
     TuneInput in{a.type,
                  tuneBytes(a, comm->nranks()),
                  comm->nranks(),

@@ -22,12 +22,7 @@ struct Progress {
 // Moves as much of `p` through `c` as the FIFO allows; true if anything moved.
 bool progressSend(Progress& p, Connector& c, size_t slot) {
   bool moved = false;
-  auto slotFree = [&c] {  // reads the receiver's head only when the last value seen says full
-    if (c.seenHead + kConnectorSteps > c.step) return true;
-    c.seenHead = c.counters->head.load(std::memory_order_acquire);
-    return c.seenHead + kConnectorSteps > c.step;
-  };
-  while (!p.complete() && slotFree()) {
+  while (!p.complete() && c.sendSlotFree()) {
     size_t chunk = std::min(slot, p.op->bytes - p.done);
     if (chunk > 0) std::memcpy(c.payload(c.step), static_cast<const char*>(p.op->sendBuf) + p.done, chunk);
     SlotHeader* h = c.header(c.step);

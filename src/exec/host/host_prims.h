@@ -88,17 +88,16 @@ class HostPrims {
         ctx_(ctx),
         op_(op),
         backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel) {
-    for (int i = 0; i < nsend; ++i) sends_[i] = sends[i];
-    for (int i = 0; i < nrecv; ++i) recvs_[i] = recvs[i];
+    size_t slot = ~size_t(0);
+    for (int i = 0; i < nsend; ++i) sends_[i] = sends[i], slot = std::min(slot, sends[i].conn->slotBytes);
+    for (int i = 0; i < nrecv; ++i) recvs_[i] = recvs[i], slot = std::min(slot, recvs[i].conn->slotBytes);
+    maxElems_ = (P == Protocol::LL ? kLLDataBytes : slot) / sizeof(T);
   }
   // One sender and one receiver (a ring).
   HostPrims(PeerConnector send, PeerConnector recv, const PrimsContext& ctx, Op op = Op())
       : HostPrims(&send, send.conn ? 1 : 0, &recv, recv.conn ? 1 : 0, ctx, op) {}
 
-  size_t maxElems() const {
-    size_t bytes = P == Protocol::LL ? kLLDataBytes : slotBytes();
-    return bytes / sizeof(T);
-  }
+  size_t maxElems() const { return maxElems_; }
   const Status& status() const { return status_; }
   bool failed() const { return !status_.ok(); }
 
@@ -113,13 +112,6 @@ class HostPrims {
   }
 
  private:
-  size_t slotBytes() const {
-    size_t bytes = ~size_t(0);
-    for (int i = 0; i < nsend_; ++i) bytes = std::min(bytes, sends_[i].conn->slotBytes);
-    for (int i = 0; i < nrecv_; ++i) bytes = std::min(bytes, recvs_[i].conn->slotBytes);
-    return bytes;
-  }
-
   // One step: the result of (received inputs, the local input `src`) goes
   // to `dst` and, with `toSend`, to every send connector.
   void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, size_t n) {
@@ -222,17 +214,7 @@ class HostPrims {
   T* acquireSend(int i) {
     Connector* c = sends_[i].conn;
     uint64_t step = c->step;
-    // The receiver's head lives in a cache line it writes every step; read
-    // it only when the last value seen says the FIFO is full.
-    if (c->seenHead + kConnectorSteps <= step && !waitUntil(
-                                                     [c, step] {
-                                                       c->seenHead =
-                                                           c->counters->head.load(std::memory_order_acquire);
-                                                       return c->seenHead + kConnectorSteps > step;
-                                                     },
-                                                     "to free a slot", sends_[i].peer, step)) {
-      return nullptr;
-    }
+    if (!waitUntil([c] { return c->sendSlotFree(); }, "to free a slot", sends_[i].peer, step)) return nullptr;
     if (P == Protocol::LL)
       return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride));
     return reinterpret_cast<T*>(c->payload(step));
@@ -280,7 +262,7 @@ class HostPrims {
         return (unit >> 32) == flag;
       };
       if (!waitUntil([&] { return arrived(units[0]); }, "to send data", peer, step)) return nullptr;
-      if ((unit & 0xffffffffu) != want) return mismatch(peer, unit & 0xffffffffu, step, want);
+      if ((unit & 0xffffffffu) != want) return mismatch(peer, unit & 0xffffffffu, step, step, want);
       char* stage = detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride) + (1 + i) * kLLStageStride;
       // The header was acquired after the sender wrote every unit; the flags
       // are checked anyway, as the protocol's own guard.
@@ -311,21 +293,15 @@ class HostPrims {
       return nullptr;
     }
     const SlotHeader* h = c->header(step);
-    if (h->step != step || h->bytes != want) return mismatch(peer, h->bytes, h->step, want);
+    if (h->step != step || h->bytes != want) return mismatch(peer, h->bytes, h->step, step, want);
     return reinterpret_cast<const T*>(c->payload(step));
   }
 
-  const T* mismatch(int peer, uint64_t bytes, uint64_t theirStep, uint64_t want) {
+  const T* mismatch(int peer, uint64_t bytes, uint64_t theirStep, uint64_t myStep, uint64_t want) {
     status_ = invalidUsage(what_(), ": rank ", peer, " sent ", bytes, " bytes at step ", theirStep,
-                           " where this rank expected ", want, " bytes at step ", recvStepOf(peer),
+                           " where this rank expected ", want, " bytes at step ", myStep,
                            " (the ranks called different collectives, counts or types)");
     return nullptr;
-  }
-  uint64_t recvStepOf(int peer) const {
-    for (int i = 0; i < nrecv_; ++i) {
-      if (recvs_[i].peer == peer) return recvs_[i].conn->step;
-    }
-    return 0;
   }
 
   void releaseRecv(int i) {
@@ -339,6 +315,7 @@ class HostPrims {
   PeerConnector sends_[kMaxPrimsPeers] = {};
   PeerConnector recvs_[kMaxPrimsPeers] = {};
   int nsend_, nrecv_, localPos_;
+  size_t maxElems_ = 0;  // elements a step carries on every connector
   PrimsContext ctx_;
   Op op_;
   Backoff backoff_;
