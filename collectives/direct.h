@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "platform/host_device.h"
+
 namespace braid::coll {
 
 template <typename Prims, typename T>
-void oneShotAllReduce(Prims& p, const T* in, T* out, size_t count, size_t chunk) {
+BRAID_HOST_DEVICE void oneShotAllReduce(Prims& p, const T* in, T* out, size_t count, size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
     p.send(in + base, len);

@@ -23,17 +23,22 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "platform/host_device.h"
+
 namespace braid::coll {
 
-inline int ringMod(int a, int n) {
+BRAID_HOST_DEVICE inline int ringMod(int a, int n) {
   return ((a % n) + n) % n;
 }
 
 // All-reduce: reduce-scatter then all-gather, around the ring.
 template <typename Prims, typename T>
-void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, size_t chunk) {
+BRAID_HOST_DEVICE void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, size_t chunk) {
   for (size_t base = 0; base < count; base += chunk * static_cast<size_t>(n)) {
-    const size_t per = std::min(chunk, (count - base + n - 1) / static_cast<size_t>(n));
+    // Blocks start 16-byte aligned where the chunk allows (vector loads on GPUs).
+    const size_t align = sizeof(T) < 16 && chunk % (16 / sizeof(T)) == 0 ? 16 / sizeof(T) : 1;
+    size_t per = (count - base + n - 1) / static_cast<size_t>(n);
+    per = std::min(chunk, (per + align - 1) / align * align);
     auto offset = [&](int c) { return std::min(count, base + static_cast<size_t>(c) * per); };
     auto length = [&](int c) { return std::min(count, offset(c) + per) - offset(c); };
     // Reduce-scatter: after n-1 steps this rank holds chunk rank+1 reduced.
@@ -57,7 +62,7 @@ void ringAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n,
 
 // All-gather: out holds n blocks `stride` apart; block r comes from rank r.
 template <typename Prims, typename T>
-void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
+BRAID_HOST_DEVICE void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
                    size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
@@ -70,7 +75,7 @@ void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, i
 
 // Reduce-scatter: in holds n blocks `stride` apart; rank r gets block r reduced.
 template <typename Prims, typename T>
-void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
+BRAID_HOST_DEVICE void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
                        size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
@@ -83,7 +88,7 @@ void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t strid
 
 // Broadcast down the chain root, root+1, ..., root-1.
 template <typename Prims, typename T>
-void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
+BRAID_HOST_DEVICE void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
   const int pos = ringMod(rank - root, n);
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
@@ -99,7 +104,7 @@ void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n,
 
 // Reduce up the chain root+1, root+2, ..., root.
 template <typename Prims, typename T>
-void ringReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
+BRAID_HOST_DEVICE void ringReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
   const int pos = ringMod(rank - root, n);
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "platform/host_device.h"
+
 namespace braid::coll {
 
 struct TreeRole {
@@ -26,7 +28,7 @@ struct TreeRole {
 };
 
 template <typename UpPrims, typename DownPrims, typename T>
-void treeAllReduce(UpPrims& up, DownPrims& down, const T* in, T* out, size_t count, TreeRole role,
+BRAID_HOST_DEVICE void treeAllReduce(UpPrims& up, DownPrims& down, const T* in, T* out, size_t count, TreeRole role,
                    size_t chunk, int lag) {
   const size_t nchunks = (count + chunk - 1) / chunk;
   auto span = [&](size_t k) { return std::min(chunk, count - k * chunk); };

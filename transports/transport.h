@@ -108,3 +108,44 @@ struct Connector {
 };
 
 }  // namespace braid
+
+// ---- Device connectors (GPU backend) -------------------------------------
+//
+// The same protocol between GPUs, laid out so that each side polls only its
+// own memory: the receiver's block holds tail (stored by the sender over
+// NVLink/xGMI/PCIe), the Simple slots and the LL slots; the sender's block
+// holds head (stored by the receiver). Each block also keeps its own end's
+// next step, so steps carry over from one kernel launch to the next (stream
+// order makes the previous launch's store visible). Device LL lines are 16
+// bytes {data0, flag, data1, flag}: every 8-byte half carries the flag, so
+// the protocol needs 8-byte store atomicity only (AMD included).
+namespace braid {
+
+constexpr size_t kDevLLSlotBytes = 65536;                      // one LL step: 4096 lines
+constexpr size_t kDevLLDataBytes = kDevLLSlotBytes / 2;        // 8 data bytes per 16-byte line
+constexpr size_t kDevCountersBytes = 256;                      // counter word, own step, padding
+
+// One end as a kernel sees it (trivially copyable; pointers are device
+// addresses valid on this rank's GPU).
+struct DevConn {
+  char* simple = nullptr;     // first Simple slot (in the receiver's memory)
+  char* ll = nullptr;         // first LL slot (in the receiver's memory)
+  uint64_t* tail = nullptr;   // in the receiver's memory: the sender stores, the receiver polls
+  uint64_t* head = nullptr;   // in the sender's memory: the receiver stores, the sender polls
+  uint64_t* step = nullptr;   // this end's next step, in its own memory
+  uint64_t slotBytes = 0;     // Simple payload per step
+};
+
+struct DevConnLayout {
+  static size_t recvBytes(size_t slotBytes) {
+    return kDevCountersBytes + kConnectorSteps * (slotBytes + kDevLLSlotBytes);
+  }
+  static constexpr size_t sendBytes() { return kDevCountersBytes; }
+  // Offsets inside a block.
+  static constexpr size_t kCounter = 0;  // tail (receiver's block) or head (sender's block)
+  static constexpr size_t kStep = 64;
+  static size_t simpleOffset() { return kDevCountersBytes; }
+  static size_t llOffset(size_t slotBytes) { return kDevCountersBytes + kConnectorSteps * slotBytes; }
+};
+
+}  // namespace braid

@@ -48,7 +48,7 @@ BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, siz
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
-    return enqueueCollective(c, {CollType::AllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0});
+    return enqueueCollective(c, {CollType::AllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0, stream});
   }, comm);
 }
 
@@ -61,7 +61,7 @@ BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     BRAID_CHECK(checkRoot(root));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
-    return enqueueCollective(c, {CollType::Reduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root});
+    return enqueueCollective(c, {CollType::Reduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root, stream});
   }, comm);
 }
 
@@ -73,7 +73,7 @@ BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, siz
     BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
-    return enqueueCollective(c, {CollType::Broadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum, root});
+    return enqueueCollective(c, {CollType::Broadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, stream});
   }, comm);
 }
 
@@ -84,7 +84,7 @@ BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t data
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root));
-    return enqueueCollective(c, {CollType::Broadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root});
+    return enqueueCollective(c, {CollType::Broadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root, stream});
   }, comm);
 }
 
@@ -96,7 +96,7 @@ BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype), &c));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return enqueueCollective(
-        c, {CollType::ReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, 0});
+        c, {CollType::ReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, 0, stream});
   }, comm);
 }
 
@@ -106,7 +106,7 @@ BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, siz
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype), &c));
-    return enqueueCollective(c, {CollType::AllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0});
+    return enqueueCollective(c, {CollType::AllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream});
   }, comm);
 }
 
@@ -116,7 +116,7 @@ BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
-    return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype);
+    return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype, stream);
   }, comm);
 }
 
@@ -126,7 +126,7 @@ BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
-    return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype);
+    return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype, stream);
   }, comm);
 }
 
@@ -146,7 +146,7 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
       if (sendcounts[p] > 0) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));
       if (recvcounts[p] > 0) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));
     }
-    return enqueueAllToAllv(c, sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype);
+    return enqueueAllToAllv(c, sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, stream);
   }, comm);
 }
 
@@ -158,7 +158,7 @@ BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root, c));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
-    return enqueueGather(c, sendbuff, recvbuff, count, datatype, root);
+    return enqueueGather(c, sendbuff, recvbuff, count, datatype, root, stream);
   }, comm);
 }
 
@@ -170,7 +170,7 @@ BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_
     BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root, c));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
-    return enqueueScatter(c, sendbuff, recvbuff, count, datatype, root);
+    return enqueueScatter(c, sendbuff, recvbuff, count, datatype, root, stream);
   }, comm);
 }
 
@@ -181,7 +181,7 @@ BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTy
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkPeer(peer, c));
-    return enqueueP2p(c, {{true, peer, sendbuff, nullptr, count * datatypeSize(datatype)}});
+    return enqueueP2p(c, {{true, peer, sendbuff, nullptr, count * datatypeSize(datatype), nullptr, stream}});
   }, comm);
 }
 
@@ -192,6 +192,6 @@ BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t d
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkPeer(peer, c));
-    return enqueueP2p(c, {{false, peer, nullptr, recvbuff, count * datatypeSize(datatype)}});
+    return enqueueP2p(c, {{false, peer, nullptr, recvbuff, count * datatypeSize(datatype), nullptr, stream}});
   }, comm);
 }

@@ -157,7 +157,7 @@ BRAID_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* as
     BRAID_CHECK(api::checkNotNull(asyncError, "asyncError"));
     Communicator* c = nullptr;
     BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
-    *asyncError = c->asyncError();
+    *asyncError = c->pollAsyncError();
     return okStatus();
   }, comm);
 }

@@ -71,6 +71,30 @@ Communicator::~Communicator() {
 
 void Communicator::setAsyncError(const Status& status) { asyncError_.store(status.code()); }
 
+ncclResult_t Communicator::pollAsyncError() {
+  GpuEngine* g = gpuView_.load();
+  if (g != nullptr && asyncError_.load() == ncclSuccess) {
+    Status s = g->deviceStatus();
+    if (!s.ok()) {
+      BRAID_WARN("%s", s.message().c_str());
+      recordError(s.message());
+      setAsyncError(s);
+    }
+  }
+  return asyncError();
+}
+
+Status Communicator::gpuEngine(GpuEngine** out) {
+  std::lock_guard<std::mutex> lock(gpuMutex_);
+  if (!gpu_) {
+    if (backend_ != Backend::Gpu) return internalError("the GPU engine of a host-backend communicator");
+    BRAID_CHECK(GpuEngine::create(this, &gpu_));
+    gpuView_.store(gpu_.get());
+  }
+  *out = gpu_.get();
+  return okStatus();
+}
+
 void Communicator::recordError(const std::string& text) {
   std::lock_guard<std::mutex> lock(errorMutex_);
   lastError_ = text;

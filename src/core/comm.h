@@ -27,6 +27,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/channels.h"
 #include "core/config.h"
+#include "core/gpu_engine.h"
 #include "core/library.h"
 #include "core/redops.h"
 #include "exec/host/executor.h"
@@ -87,6 +88,10 @@ class Communicator : public StallListener {
 
   // ncclSuccess when ready, ncclInProgress while initializing, else the error.
   ncclResult_t asyncError() const { return asyncError_.load(); }
+  // asyncError() after taking in what the GPU kernels reported (ncclCommGetAsyncError).
+  ncclResult_t pollAsyncError();
+  // The GPU backend of this communicator, made on first use.
+  Status gpuEngine(GpuEngine** out);
   void setAsyncError(const Status& status);
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }
@@ -133,11 +138,11 @@ class Communicator : public StallListener {
   void setInitThread(std::thread t) { initThread_ = std::move(t); }
   // Raises the abort flag, waits for init to end and joins its thread.
   void stopInit(bool abort);
+  bool sameProcess(int peer) const;  // a thread of this process (ncclCommInitAll)
 
  private:
   Status exchangePeerInfo();
   Status checkSameHost(int peer) const;
-  bool sameProcess(int peer) const;  // a thread of this process (ncclCommInitAll)
 
   int rank_, nranks_, device_;
   Backend backend_ = Backend::Host;
@@ -166,6 +171,10 @@ class Communicator : public StallListener {
   std::shared_ptr<InitOutcome> outcome_ = std::make_shared<InitOutcome>();
   std::mutex initThreadMutex_;  // stopInit may race between an aborter and the init caller
   std::thread initThread_;
+
+  std::mutex gpuMutex_;
+  std::atomic<GpuEngine*> gpuView_{nullptr};  // for pollAsyncError on other threads
+  std::unique_ptr<GpuEngine> gpu_;            // last: destroyed first (its kernels use the rest)
 };
 
 // ---- the handle registry ------------------------------------------------------

@@ -7,6 +7,7 @@
 #include "collectives/direct.h"
 #include "collectives/ring.h"
 #include "collectives/tree.h"
+#include "core/gpu_engine.h"
 #include "core/group.h"
 #include "exec/datatypes.h"
 #include "exec/host/host_prims.h"
@@ -266,24 +267,22 @@ size_t tuneBytes(const CollArgs& a, int nranks) {
 }
 
 Status runNow(Communicator* comm, const CollArgs& a) {
-  if (comm->backend() != Backend::Host) {
-    return invalidUsage(a.name,
-                        " on the GPU backend is not available in this release; set BRAID_BACKEND=host "
-                        "to run collectives on the CPU");
-  }
   Plan plan;
   plan.seq = comm->nextCollectiveSeq();
   LogRankScope scope(comm->rank());
+  const bool gpu = comm->backend() == Backend::Gpu;
   Status s = [&]() -> Status {
     if (paramCheckColl.get() && comm->nranks() > 1) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
-    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar));
+    // On GPUs a device-resident PreMulSum scalar is read by the kernel.
+    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar, /*leavePointer=*/gpu));
     TuneInput in{a.type,
                  tuneBytes(a, comm->nranks()),
                  comm->nranks(),
                  comm->nnodes(),
                  comm->localRanks(),
-                 comm->hostChannels(),
-                 Communicator::hostCores()};
+                 gpu ? kMaxChannels : comm->hostChannels(),
+                 gpu ? 0 : Communicator::hostCores()};
+    in.gpu = gpu;
     plan.choice = comm->choices().select(in);
     // A channel gets at least a cache line's worth, so tiny counts use one.
     const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));
@@ -295,6 +294,12 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                static_cast<int>(a.op), a.root, algoName(plan.choice.algo), protocolName(plan.choice.proto),
                plan.choice.nChannels, plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
                plan.choice.note.empty() ? "" : "; ", plan.choice.note.c_str());
+    if (gpu) {
+      GpuEngine* engine = nullptr;
+      BRAID_CHECK(comm->gpuEngine(&engine));
+      plan.choice.chunkBytes = static_cast<size_t>(paramChunkSize.get());
+      return engine->collective(a, plan.choice, plan.scalar);
+    }
     if (comm->nranks() > 1) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
       if (plan.choice.algo == Algo::Direct) BRAID_CHECK(comm->ensureDirect());

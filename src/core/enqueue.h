@@ -1,6 +1,8 @@
 // From an API call to a running collective: group collection, then the
 // algorithm for the communicator's backend.
 //
+// GPU backend: the same selection, then one kernel launch on the caller's
+// stream (core/gpu_engine.h); the call returns once the work is enqueued.
 // Host backend: the selector (src/tuning) picks algorithm, protocol and
 // channel count; the buffers are cut into one contiguous part per channel;
 // the calling thread runs channel 0 and the communicator's worker threads
@@ -40,6 +42,7 @@ struct CollArgs {
   ncclDataType_t datatype;
   ncclRedOp_t op;  // reductions only
   int root;        // broadcast and reduce only
+  void* stream = nullptr;  // GPU backend: the stream the work goes on (the host ignores it)
 };
 
 // Validates what needs the communicator (root range, op), then runs the

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/enqueue.h"
+#include "core/gpu_engine.h"
 #include "core/group.h"
 #include "exec/host/backoff.h"
 #include "util/log.h"
@@ -55,6 +56,11 @@ Status progressRecv(Progress& p, Connector& c, size_t slot, bool* moved) {
 }  // namespace
 
 Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
+  if (comm->backend() == Backend::Gpu) {
+    GpuEngine* engine = nullptr;
+    BRAID_CHECK(comm->gpuEngine(&engine));
+    return engine->p2p(ops, ops.empty() ? nullptr : ops[0].stream);
+  }
   const int me = comm->rank();
   // Sends to and receives from oneself pair up in call order.
   std::deque<const P2pOp*> selfSends, selfRecvs;
@@ -126,10 +132,6 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
 }
 
 Status enqueueP2p(Communicator* comm, const std::vector<P2pOp>& ops) {
-  if (comm->backend() != Backend::Host) {
-    return invalidUsage("point-to-point operations on the GPU backend are not available in this release; set "
-                        "BRAID_BACKEND=host to run them on the CPU");
-  }
   if (groupDepth() > 0) {
     for (const P2pOp& op : ops) groupDeferP2p(comm, op);
     return okStatus();
@@ -140,21 +142,30 @@ Status enqueueP2p(Communicator* comm, const std::vector<P2pOp>& ops) {
 }
 
 Status enqueueAllToAllv(Communicator* comm, const void* send, const size_t* sendCounts, const size_t* sendDispls,
-                        void* recv, const size_t* recvCounts, const size_t* recvDispls, ncclDataType_t type) {
+                        void* recv, const size_t* recvCounts, const size_t* recvDispls, ncclDataType_t type,
+                        void* stream) {
   const size_t es = datatypeSize(type);
   std::vector<P2pOp> ops;
   for (int p = 0; p < comm->nranks(); ++p) {
-    ops.push_back({true, p, static_cast<const char*>(send) + sendDispls[p] * es, nullptr, sendCounts[p] * es});
-    ops.push_back({false, p, nullptr, static_cast<char*>(recv) + recvDispls[p] * es, recvCounts[p] * es});
+    ops.push_back(
+        {true, p, static_cast<const char*>(send) + sendDispls[p] * es, nullptr, sendCounts[p] * es, nullptr, stream});
+    ops.push_back(
+        {false, p, nullptr, static_cast<char*>(recv) + recvDispls[p] * es, recvCounts[p] * es, nullptr, stream});
   }
   return enqueueP2p(comm, ops);
 }
 
-Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type) {
+Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type,
+                       void* stream) {
   const size_t n = static_cast<size_t>(comm->nranks());
   const size_t bytes = count * datatypeSize(type);
   std::shared_ptr<std::vector<char>> staging;
-  if (send == recv && bytes > 0) {
+  if (send == recv && bytes > 0 && comm->backend() == Backend::Gpu) {
+    // The GPU stages into device memory the engine keeps, in stream order.
+    GpuEngine* engine = nullptr;
+    BRAID_CHECK(comm->gpuEngine(&engine));
+    BRAID_CHECK(engine->stage(send, n * bytes, stream, &send));
+  } else if (send == recv && bytes > 0) {
     // In place: what arrives from peer p lands on the block this rank sends
     // to p, so the outgoing blocks go from a copy, kept until the op ran.
     staging = std::make_shared<std::vector<char>>(static_cast<const char*>(send),
@@ -163,33 +174,38 @@ Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t 
   }
   std::vector<P2pOp> ops;
   for (size_t p = 0; p < n; ++p) {
-    ops.push_back({true, static_cast<int>(p), static_cast<const char*>(send) + p * bytes, nullptr, bytes, staging});
-    ops.push_back({false, static_cast<int>(p), nullptr, static_cast<char*>(recv) + p * bytes, bytes});
+    ops.push_back(
+        {true, static_cast<int>(p), static_cast<const char*>(send) + p * bytes, nullptr, bytes, staging, stream});
+    ops.push_back({false, static_cast<int>(p), nullptr, static_cast<char*>(recv) + p * bytes, bytes, nullptr, stream});
   }
   return enqueueP2p(comm, ops);
 }
 
-Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root) {
+Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                     void* stream) {
   const size_t bytes = count * datatypeSize(type);
   std::vector<P2pOp> ops;
   if (comm->rank() == root) {
     for (int p = 0; p < comm->nranks(); ++p) {
-      ops.push_back({false, p, nullptr, static_cast<char*>(recv) + static_cast<size_t>(p) * bytes, bytes});
+      ops.push_back(
+          {false, p, nullptr, static_cast<char*>(recv) + static_cast<size_t>(p) * bytes, bytes, nullptr, stream});
     }
   }
-  ops.push_back({true, root, send, nullptr, bytes});
+  ops.push_back({true, root, send, nullptr, bytes, nullptr, stream});
   return enqueueP2p(comm, ops);
 }
 
-Status enqueueScatter(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root) {
+Status enqueueScatter(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                      void* stream) {
   const size_t bytes = count * datatypeSize(type);
   std::vector<P2pOp> ops;
   if (comm->rank() == root) {
     for (int p = 0; p < comm->nranks(); ++p) {
-      ops.push_back({true, p, static_cast<const char*>(send) + static_cast<size_t>(p) * bytes, nullptr, bytes});
+      ops.push_back(
+          {true, p, static_cast<const char*>(send) + static_cast<size_t>(p) * bytes, nullptr, bytes, nullptr, stream});
     }
   }
-  ops.push_back({false, root, nullptr, recv, bytes});
+  ops.push_back({false, root, nullptr, recv, bytes, nullptr, stream});
   return enqueueP2p(comm, ops);
 }
 

@@ -6,7 +6,8 @@
 // as far as its connector allows, so any pattern (A sends to B while B sends
 // to A, large messages both ways) completes without deadlock. Operations
 // between the same two ranks in the same direction go in call order. A send
-// to or receive from oneself is a copy, matched in call order.
+// to or receive from oneself is a copy, matched in call order. On the GPU
+// backend the batch is one kernel launch on the first operation's stream.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,7 @@ struct P2pOp {
   void* recvBuf;
   size_t bytes;
   std::shared_ptr<const void> keep = nullptr;  // owns a staging copy of sendBuf, if any, until the op ran
+  void* stream = nullptr;                      // GPU backend: the caller's stream
 };
 
 Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops);
@@ -35,9 +37,13 @@ Status enqueueP2p(Communicator* comm, const std::vector<P2pOp>& ops);
 // in elements of `type`; every rank's buffer arguments are validated by the
 // API layer.
 Status enqueueAllToAllv(Communicator* comm, const void* send, const size_t* sendCounts, const size_t* sendDispls,
-                        void* recv, const size_t* recvCounts, const size_t* recvDispls, ncclDataType_t type);
-Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type);
-Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root);
-Status enqueueScatter(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root);
+                        void* recv, const size_t* recvCounts, const size_t* recvDispls, ncclDataType_t type,
+                        void* stream);
+Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type,
+                       void* stream);
+Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                     void* stream);
+Status enqueueScatter(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                      void* stream);
 
 }  // namespace braid

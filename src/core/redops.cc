@@ -57,7 +57,7 @@ Status RedOpTable::destroy(ncclRedOp_t op) {
   return okStatus();
 }
 
-Status RedOpTable::resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar) const {
+Status RedOpTable::resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar, bool leavePointer) const {
   const int raw = static_cast<int>(op);
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t index = static_cast<size_t>(raw - ncclNumOps);
@@ -74,6 +74,8 @@ Status RedOpTable::resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits
   if (scalar != nullptr) {
     if (e.residence == ncclScalarHostImmediate) {
       *scalar = e.value;
+    } else if (leavePointer) {
+      scalar->pointer = e.pointer;
     } else {
       std::memcpy(scalar->bytes, e.pointer, datatypeSize(type));
     }

@@ -20,6 +20,7 @@ namespace braid {
 // A scalar's bytes (the datatype's width, at most 8).
 struct ScalarBits {
   alignas(8) unsigned char bytes[8] = {};
+  const void* pointer = nullptr;  // ncclScalarDevice read by the GPU: where the kernel reads it
 };
 
 class RedOpTable {
@@ -28,13 +29,15 @@ class RedOpTable {
   Status destroy(ncclRedOp_t op);
   // Checks that `op` is live and made for `type`; with `scalar`, also reads
   // its scalar now (a collective about to run).
-  Status resolve(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar = nullptr) const {
+  // With `leavePointer`, a ncclScalarDevice scalar is not read but its
+  // pointer returned (the GPU reads it when the kernel runs).
+  Status resolve(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar = nullptr, bool leavePointer = false) const {
     if (static_cast<int>(op) < ncclNumOps) return okStatus();  // built in: the hot path
-    return resolveCustom(op, type, scalar);
+    return resolveCustom(op, type, scalar, leavePointer);
   }
 
  private:
-  Status resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar) const;
+  Status resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar, bool leavePointer) const;
   struct Entry {
     bool live = false;
     ncclDataType_t type = ncclFloat32;

@@ -113,7 +113,7 @@ IntParam paramMinChannels("MIN_NCHANNELS", 1, "Fewest channels a collective runs
 IntParam paramMaxChannels(
     "MAX_NCHANNELS", 0,
     "Most channels a collective runs on (0: as many as the machine affords: on the host "
-    "backend, cores per local rank, at most 16)");
+    "backend, cores per local rank; on GPUs 32)");
 
 // Host backend constants (microseconds, bytes per microsecond and channel),
 // from the 2-rank sweeps: Ring/Simple 8 B 1.0 us and 128 KiB 15.7 us,
@@ -127,8 +127,12 @@ constexpr ProtoCost kHostCost[] = {{0.50, 9000.0} /* Simple */, {0.46, 1600.0} /
 // With more ranks than cores a step waits for the peer to be scheduled
 // (4 ranks on 2 cores: Ring/Simple 8 B takes 50 us for 6 steps).
 constexpr double kOversubscribedStepUs = 8.0;
-// A channel is worth its thread only past this many bytes.
+// GPU backend: a step is a barrier, a system fence and a flag over the
+// link (Simple) or one polled line (LL); a channel is one block.
+constexpr ProtoCost kGpuCost[] = {{3.0, 15000.0} /* Simple */, {1.0, 3000.0} /* LL */};
+// A channel is worth its thread (block) only past this many bytes.
 constexpr double kBytesPerChannel = 512.0 * 1024;
+constexpr double kGpuBytesPerChannel = 128.0 * 1024;
 constexpr int kDirectMaxRanks = 8;
 
 double log2Ceil(int n) {
@@ -156,7 +160,11 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
     case Algo::Direct:
       // One exchange; every rank copies its input to n-1 peers and reduces n inputs.
       if (in.coll != CollType::AllReduce || in.nnodes > 1 || in.nranks > kDirectMaxRanks) return false;
-      *steps = 1 + 0.15 * (n - 1), *bytes = 1.3 * (n - 1) * b;
+      if (in.gpu) {
+        *steps = 1, *bytes = (n - 1) * b;  // n-1 peers written at once, each through its own link
+      } else {
+        *steps = 1 + 0.15 * (n - 1), *bytes = 1.3 * (n - 1) * b;
+      }
       return true;
   }
   return false;
@@ -215,10 +223,12 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         double steps = 0, bytes = 0;
         if (!model(static_cast<Algo>(ai), in, &steps, &bytes)) continue;
         int nch = 1;
-        if (ai != static_cast<int>(Algo::Direct)) {
+        if (in.gpu) {
+          nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kGpuBytesPerChannel), minCh, maxCh);
+        } else if (ai != static_cast<int>(Algo::Direct)) {
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kBytesPerChannel), minCh, maxCh);
         }
-        const ProtoCost& cost = kHostCost[pi];
+        const ProtoCost& cost = in.gpu ? kGpuCost[pi] : kHostCost[pi];
         const bool shared = in.cores > 0 && in.localRanks > in.cores;  // ranks take turns on the cores
         const double share = shared ? static_cast<double>(in.cores) / in.localRanks : 1.0;
         double us =

@@ -16,7 +16,8 @@
 // have (CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT) are accepted and
 // never chosen; an unknown name fails init naming the variable.
 //
-// Constants: host backend, fitted to all_reduce_perf sweeps of each
+// Constants: GPU backend, from all_reduce_perf sweeps with each algorithm
+// and protocol forced on 2x H200 (NVLink); host backend, fitted to all_reduce_perf sweeps of each
 // algorithm and protocol forced through NCCL_ALGO/NCCL_PROTO on the 2-core
 // CI machine, 2 and 4 ranks (docs/performance.md). When ranks outnumber
 // cores every step costs a context switch, which changes the choice.
@@ -38,7 +39,7 @@ const char* algoDescription(Algo a);
 // Whether the algorithm implements the collective at all.
 bool algoImplements(Algo a, CollType c);
 
-constexpr int kMaxChannels = 16;
+constexpr int kMaxChannels = 32;
 
 struct TuneInput {
   CollType coll;
@@ -48,12 +49,14 @@ struct TuneInput {
   int localRanks;   // ranks on this rank's host
   int maxChannels;  // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
   int cores = 0;    // cores of this host (0: unknown); fewer than localRanks means ranks share cores
+  bool gpu = false;  // the GPU backend (its own cost constants)
 };
 
 struct TuneChoice {
   Algo algo = Algo::Ring;
   Protocol proto = Protocol::Simple;
   int nChannels = 1;
+  size_t chunkBytes = 0;  // bytes one Simple step carries (0: a whole slot)
   double estimatedUs = 0;
   std::string note;  // why the environment's restriction was not followed, if it was not
 };
@@ -68,7 +71,7 @@ class ChoiceCache {
   const TuneChoice& select(const TuneInput& in) {
     Entry& e = entries_[static_cast<int>(in.coll)];
     if (!e.valid || e.in.bytes != in.bytes || e.in.nranks != in.nranks || e.in.nnodes != in.nnodes ||
-        e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores) {
+        e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores || e.in.gpu != in.gpu) {
       e.in = in;
       e.choice = selectAlgorithm(in);
       e.valid = true;

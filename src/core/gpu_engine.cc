@@ -1,0 +1,459 @@
+// The GPU backend's host side (cuda and hip flavors). See gpu_engine.h.
+#include "core/gpu_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/p2p.h"
+#include "core/redops.h"
+#include "exec/device/launch.h"
+#include "platform/gpu_runtime.h"
+#include "topology/trees.h"
+#include "transports/p2p/p2p_transport.h"
+#include "util/log.h"
+#include "util/param.h"
+
+namespace braid {
+namespace {
+
+using device::DevChannel;
+using device::DevCollArgs;
+using device::DevP2pArgs;
+using device::kDevMaxChannels;
+
+SizeParam paramP2pChunk("P2P_NET_CHUNKSIZE_GPU", 256u << 10,
+                        "GPU backend: bytes of one point-to-point FIFO step between GPUs (the slot size of "
+                        "the peer connectors used by send/receive and the one-shot all-reduce)");
+static_assert(device::kDevTreeChildren == kMaxTreeChildren, "device tree tables match the trees");
+
+constexpr int kPeerChannels = 16;         // connectors per pair of ranks for point-to-point
+constexpr size_t kP2pBytesPerChannel = 512u << 10;  // a send or receive gets a channel per this many bytes
+
+Status gpuCheck(hipError_t e, const char* what) {
+  if (e == hipSuccess) return okStatus();
+  return Status(ncclUnhandledCudaError, strCat(what, ": ", hipGetErrorString(e)));
+}
+
+uint32_t ringTag(int c) { return 0x47520000u + 4u * static_cast<uint32_t>(c); }
+uint32_t treeTag(int c, bool up) { return 0x47540000u + 8u * static_cast<uint32_t>(c) + (up ? 0u : 4u); }
+uint32_t peerTag(int c) { return 0x47500000u + 4u * static_cast<uint32_t>(c); }
+
+device::DevOp devOp(ncclRedOp_t op) {
+  switch (static_cast<int>(op)) {
+    case ncclProd: return device::DevOp::Prod;
+    case ncclMin: return device::DevOp::Min;
+    case ncclMax: return device::DevOp::Max;
+    case ncclSum:
+    case ncclAvg: return device::DevOp::Sum;
+    default: return device::DevOp::PreMulSum;
+  }
+}
+
+class GpuEngineImpl final : public GpuEngine {
+ public:
+  explicit GpuEngineImpl(Communicator* comm) : comm_(comm), device_(comm->device()) {}
+  ~GpuEngineImpl() override;
+  Status init();
+
+  Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) override;
+  Status p2p(const std::vector<P2pOp>& ops, void* stream) override;
+  Status stage(const void* src, size_t bytes, void* stream, const void** out) override;
+  void abort() override {
+    if (abortFlag_ != nullptr) *const_cast<volatile int32_t*>(abortFlag_) = 1;
+  }
+  Status deviceStatus() const override;
+  int maxChannels() const override { return kDevMaxChannels; }
+
+ private:
+  struct TreeEnds {
+    TreeLinks links;
+    P2pEnd upSend, downRecv, upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];
+  };
+  struct ChannelEnds {
+    P2pEnd ringSend, ringRecv;
+    std::unique_ptr<TreeEnds> tree;
+  };
+
+  Status ensureRing(int n);
+  Status ensureTree(int n);
+  // Peer connectors of channels 0..n-1 to `sendPeers` / from `recvPeers`.
+  Status ensurePeers(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+  Status uploadChannels();
+  P2pRequest request(int peer, bool send, uint32_t tag, P2pEnd* end) const;
+  size_t ringSlotBytes() const { return comm_->p2pSlotBytes(); }
+  device::DevCtx ctx() const {
+    device::DevCtx c;
+    c.abort = abortFlag_;
+    c.status = status_;
+    c.timeoutNs = static_cast<uint64_t>(comm_->stallTimeoutSeconds() * 1e9);
+    return c;
+  }
+
+  Communicator* comm_;
+  int device_;
+  std::vector<int> peerDevice_;  // each rank's GPU in this process's numbering (-1: not visible)
+  std::vector<int> nodeOf_;
+  int32_t* abortFlag_ = nullptr;          // host-mapped
+  device::DevStatus* status_ = nullptr;   // host-mapped
+  std::vector<std::unique_ptr<ChannelEnds>> channels_;
+  int ringConnected_ = 0, treeConnected_ = 0;
+  DevChannel* devChannels_ = nullptr;     // device table, kDevMaxChannels entries
+  std::vector<DevChannel> hostChannels_;  // its host copy
+  // Peer connectors: [channel * nranks + peer].
+  std::map<int, std::unique_ptr<P2pEnd>> peerSendEnds_, peerRecvEnds_;
+  DevConn* devPeerSend_ = nullptr;
+  DevConn* devPeerRecv_ = nullptr;
+  void* staging_ = nullptr;  // in-place all-to-all
+  size_t stagingBytes_ = 0;
+};
+
+Status GpuEngineImpl::stage(const void* src, size_t bytes, void* stream, const void** out) {
+  BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
+  if (bytes > stagingBytes_) {
+    // Earlier launches may still read the old buffer.
+    BRAID_CHECK(gpuCheck(hipDeviceSynchronize(), "waiting before growing the staging buffer"));
+    if (staging_ != nullptr) (void)hipFree(staging_);
+    staging_ = nullptr;
+    stagingBytes_ = 0;
+    BRAID_CHECK(gpuCheck(hipMalloc(&staging_, bytes), "allocating the all-to-all staging buffer"));
+    stagingBytes_ = bytes;
+  }
+  BRAID_CHECK(gpuCheck(hipMemcpyAsync(staging_, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)),
+                       "staging an in-place all-to-all"));
+  *out = staging_;
+  return okStatus();
+}
+
+P2pRequest GpuEngineImpl::request(int peer, bool send, uint32_t tag, P2pEnd* end) const {
+  return P2pRequest{peer, send, tag, comm_->sameProcess(peer), peerDevice_[static_cast<size_t>(peer)], end};
+}
+
+Status GpuEngineImpl::init() {
+  const int n = comm_->nranks();
+  BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
+  peerDevice_.assign(static_cast<size_t>(n), -1);
+  for (int r = 0; r < n; ++r) {
+    const PeerInfo& p = comm_->peers()[static_cast<size_t>(r)];
+    if (p.hostHash != comm_->peers()[static_cast<size_t>(comm_->rank())].hostHash) continue;
+    int dev = -1;
+    if (hipDeviceGetByPCIBusId(&dev, p.busId) == hipSuccess) {
+      peerDevice_[static_cast<size_t>(r)] = dev;
+    } else {
+      (void)hipGetLastError();
+    }
+  }
+  nodeOf_.assign(static_cast<size_t>(n), 0);
+  std::vector<uint64_t> hosts;
+  for (int r = 0; r < n; ++r) {
+    uint64_t h = comm_->peers()[static_cast<size_t>(r)].hostHash;
+    auto it = std::find(hosts.begin(), hosts.end(), h);
+    nodeOf_[static_cast<size_t>(r)] = static_cast<int>(it - hosts.begin());
+    if (it == hosts.end()) hosts.push_back(h);
+  }
+  void* mapped = nullptr;
+  BRAID_CHECK(gpuCheck(hipHostMalloc(&mapped, 256, hipHostMallocMapped | hipHostMallocPortable),
+                       "allocating the kernels' abort flag and status"));
+  std::memset(mapped, 0, 256);
+  abortFlag_ = static_cast<int32_t*>(mapped);
+  status_ = reinterpret_cast<device::DevStatus*>(static_cast<char*>(mapped) + 64);
+  void* table = nullptr;
+  BRAID_CHECK(gpuCheck(hipMalloc(&table, sizeof(DevChannel) * kDevMaxChannels), "allocating channel tables"));
+  devChannels_ = static_cast<DevChannel*>(table);
+  hostChannels_.assign(kDevMaxChannels, DevChannel());
+  const size_t peerTable = sizeof(DevConn) * kPeerChannels * static_cast<size_t>(n);
+  BRAID_CHECK(gpuCheck(hipMalloc(&table, peerTable), "allocating peer tables"));
+  devPeerSend_ = static_cast<DevConn*>(table);
+  BRAID_CHECK(gpuCheck(hipMalloc(&table, peerTable), "allocating peer tables"));
+  devPeerRecv_ = static_cast<DevConn*>(table);
+  BRAID_CHECK(gpuCheck(hipMemset(devPeerSend_, 0, peerTable), "zeroing peer tables"));
+  BRAID_CHECK(gpuCheck(hipMemset(devPeerRecv_, 0, peerTable), "zeroing peer tables"));
+  return uploadChannels();
+}
+
+GpuEngineImpl::~GpuEngineImpl() {
+  // Kernels may still run (destroy without a synchronize, or an abort):
+  // every wait ends at the abort flag or the timeout, so this returns.
+  (void)hipSetDevice(device_);
+  if (comm_->abortFlag().load()) abort();
+  (void)hipDeviceSynchronize();
+  channels_.clear();
+  peerSendEnds_.clear();
+  peerRecvEnds_.clear();
+  if (devChannels_ != nullptr) (void)hipFree(devChannels_);
+  if (devPeerSend_ != nullptr) (void)hipFree(devPeerSend_);
+  if (devPeerRecv_ != nullptr) (void)hipFree(devPeerRecv_);
+  if (staging_ != nullptr) (void)hipFree(staging_);
+  if (abortFlag_ != nullptr) (void)hipHostFree(abortFlag_);
+}
+
+Status GpuEngineImpl::uploadChannels() {
+  return gpuCheck(hipMemcpy(devChannels_, hostChannels_.data(), sizeof(DevChannel) * kDevMaxChannels,
+                            hipMemcpyHostToDevice),
+                  "uploading channel tables");
+}
+
+Status GpuEngineImpl::ensureRing(int n) {
+  if (n <= ringConnected_) return okStatus();
+  const int rank = comm_->rank(), nr = comm_->nranks();
+  const int next = (rank + 1) % nr, prev = (rank - 1 + nr) % nr;
+  while (static_cast<int>(channels_.size()) < n) channels_.push_back(std::make_unique<ChannelEnds>());
+  std::vector<P2pRequest> reqs;
+  for (int c = ringConnected_; c < n; ++c) {
+    reqs.push_back(request(prev, false, ringTag(c), &channels_[static_cast<size_t>(c)]->ringRecv));
+    reqs.push_back(request(next, true, ringTag(c), &channels_[static_cast<size_t>(c)]->ringSend));
+  }
+  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, ringSlotBytes(), reqs));
+  for (int c = ringConnected_; c < n; ++c) {
+    DevChannel& d = hostChannels_[static_cast<size_t>(c)];
+    d.ringSend = channels_[static_cast<size_t>(c)]->ringSend.conn;
+    d.ringRecv = channels_[static_cast<size_t>(c)]->ringRecv.conn;
+    d.ringNext = next;
+    d.ringPrev = prev;
+  }
+  BRAID_INFO(kLogP2p, "GPU %d: ring channels %d..%d connected, %d -> %d -> %d, %zu-byte steps", device_,
+             ringConnected_, n - 1, prev, rank, next, ringSlotBytes());
+  ringConnected_ = n;
+  return uploadChannels();
+}
+
+Status GpuEngineImpl::ensureTree(int n) {
+  if (n <= treeConnected_) return okStatus();
+  while (static_cast<int>(channels_.size()) < n) channels_.push_back(std::make_unique<ChannelEnds>());
+  const auto trees = buildDoubleTree(nodeOf_, comm_->rank());
+  std::vector<P2pRequest> reqs;
+  for (int c = treeConnected_; c < n; ++c) {
+    auto t = std::make_unique<TreeEnds>();
+    t->links = trees[static_cast<size_t>(c % 2)];
+    const TreeLinks& l = t->links;
+    if (l.up >= 0) {
+      reqs.push_back(request(l.up, true, treeTag(c, true), &t->upSend));
+      reqs.push_back(request(l.up, false, treeTag(c, false), &t->downRecv));
+    }
+    for (int i = 0; i < l.ndown; ++i) {
+      reqs.push_back(request(l.down[i], false, treeTag(c, true), &t->upRecv[i]));
+      reqs.push_back(request(l.down[i], true, treeTag(c, false), &t->downSend[i]));
+    }
+    channels_[static_cast<size_t>(c)]->tree = std::move(t);
+  }
+  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, ringSlotBytes(), reqs));
+  for (int c = treeConnected_; c < n; ++c) {
+    TreeEnds& t = *channels_[static_cast<size_t>(c)]->tree;
+    DevChannel& d = hostChannels_[static_cast<size_t>(c)];
+    d.treeParent = t.links.up;
+    d.nTreeChildren = t.links.ndown;
+    if (t.links.up >= 0) d.treeUpSend = t.upSend.conn, d.treeDownRecv = t.downRecv.conn;
+    for (int i = 0; i < t.links.ndown; ++i) {
+      d.treeChild[i] = t.links.down[i];
+      d.treeUpRecv[i] = t.upRecv[i].conn;
+      d.treeDownSend[i] = t.downSend[i].conn;
+    }
+  }
+  treeConnected_ = n;
+  return uploadChannels();
+}
+
+Status GpuEngineImpl::ensurePeers(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {
+  const int nr = comm_->nranks();
+  std::vector<P2pRequest> reqs;
+  std::vector<std::pair<int, bool>> added;  // (table index, send)
+  for (int c = 0; c < n; ++c) {
+    for (int p : recvPeers) {
+      const int key = c * nr + p;
+      if (peerRecvEnds_.count(key) != 0) continue;
+      auto& end = peerRecvEnds_[key] = std::make_unique<P2pEnd>();
+      reqs.push_back(request(p, false, peerTag(c), end.get()));
+      added.push_back({key, false});
+    }
+    for (int p : sendPeers) {
+      const int key = c * nr + p;
+      if (peerSendEnds_.count(key) != 0) continue;
+      auto& end = peerSendEnds_[key] = std::make_unique<P2pEnd>();
+      reqs.push_back(request(p, true, peerTag(c), end.get()));
+      added.push_back({key, true});
+    }
+  }
+  if (reqs.empty()) return okStatus();
+  Status s = p2pConnect(comm_->bootstrap(), device_, static_cast<size_t>(paramP2pChunk.get()), reqs);
+  if (!s.ok()) {
+    for (auto [key, send] : added) (send ? peerSendEnds_ : peerRecvEnds_).erase(key);
+    return s;
+  }
+  for (auto [key, send] : added) {
+    const DevConn& conn = (send ? peerSendEnds_ : peerRecvEnds_)[key]->conn;
+    DevConn* table = send ? devPeerSend_ : devPeerRecv_;
+    BRAID_CHECK(gpuCheck(hipMemcpy(table + key, &conn, sizeof(DevConn), hipMemcpyHostToDevice),
+                         "uploading a peer connector"));
+  }
+  return okStatus();
+}
+
+Status GpuEngineImpl::deviceStatus() const {
+  if (status_ == nullptr) return okStatus();
+  const volatile device::DevStatus* v = status_;
+  device::DevStatus s;
+  s.code = v->code;
+  if (s.code == device::kDevOk) return okStatus();
+  s.channel = v->channel;
+  s.peer = v->peer;
+  s.waitingFor = v->waitingFor;
+  s.step = v->step;
+  if (s.code == device::kDevAborted) return invalidUsage("a GPU kernel was aborted (ncclCommAbort)");
+  return remoteError("a GPU kernel made no progress for ", comm_->stallTimeoutSeconds(), " s on channel ",
+                     s.channel, " waiting for rank ", s.peer, s.waitingFor ? " to free a slot" : " to send data",
+                     " (step ", s.step, "); that rank may have died or be stuck");
+}
+
+Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) {
+  BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
+  BRAID_CHECK(deviceStatus());
+  const int n = comm_->nranks();
+  DevCollArgs d;
+  d.send = a.send;
+  d.recv = a.recv;
+  d.count = a.count;
+  d.coll = static_cast<device::DevColl>(static_cast<int>(a.type));
+  d.rank = comm_->rank();
+  d.nranks = n;
+  d.root = a.root;
+  d.nChannels = std::max(1, std::min(choice.nChannels, kDevMaxChannels));
+  std::memcpy(&d.scalar, scalar.bytes, sizeof(d.scalar));
+  d.scalarPtr = scalar.pointer;
+  const bool reduces = a.type == CollType::AllReduce || a.type == CollType::ReduceScatter ||
+                       (a.type == CollType::Reduce && comm_->rank() == a.root);
+  if (a.op == ncclAvg && reduces && n > 1) d.avgDivisor = n;
+  d.channels = devChannels_;
+  d.peerSend = devPeerSend_;
+  d.peerRecv = devPeerRecv_;
+  d.ctx = ctx();
+  d.chunkElems = choice.chunkBytes / datatypeSize(a.datatype);
+  if (n == 1) {
+    d.algo = device::DevAlgo::Direct;  // no peers: a copy (through PreMulSum's scaling)
+  } else if (choice.algo == Algo::Direct) {
+    d.algo = device::DevAlgo::Direct;
+    d.nChannels = std::min(d.nChannels, kPeerChannels);
+    std::vector<int> all;
+    for (int p = 0; p < n; ++p)
+      if (p != comm_->rank()) all.push_back(p);
+    BRAID_CHECK(ensurePeers(d.nChannels, all, all));
+  } else if (choice.algo == Algo::Tree) {
+    d.algo = device::DevAlgo::Tree;
+    BRAID_CHECK(ensureTree(d.nChannels));
+  } else {
+    d.algo = device::DevAlgo::Ring;
+    BRAID_CHECK(ensureRing(d.nChannels));
+  }
+  return device::launchCollective(a.datatype, devOp(a.op), choice.proto, d, a.stream);
+}
+
+Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
+  BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
+  BRAID_CHECK(deviceStatus());
+  hipStream_t s = static_cast<hipStream_t>(stream);
+  const int me = comm_->rank();
+  // Sends to and receives from oneself pair up in call order: copies.
+  std::vector<const P2pOp*> selfSends, selfRecvs;
+  std::vector<const P2pOp*> remote;
+  for (const P2pOp& op : ops) {
+    if (op.peer == me) {
+      (op.isSend ? selfSends : selfRecvs).push_back(&op);
+    } else {
+      remote.push_back(&op);
+    }
+  }
+  if (selfSends.size() != selfRecvs.size()) {
+    return invalidUsage("the group has ", selfSends.size(), " sends to this rank itself but ", selfRecvs.size(),
+                        " receives from it; they must pair up");
+  }
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    if (selfSends[i]->bytes != selfRecvs[i]->bytes) {
+      return invalidUsage("a send to this rank itself of ", selfSends[i]->bytes, " bytes meets a receive of ",
+                          selfRecvs[i]->bytes, " bytes");
+    }
+    if (selfSends[i]->bytes > 0 && selfRecvs[i]->recvBuf != selfSends[i]->sendBuf) {
+      BRAID_CHECK(gpuCheck(hipMemcpyAsync(selfRecvs[i]->recvBuf, selfSends[i]->sendBuf, selfSends[i]->bytes,
+                                          hipMemcpyDefault, s),
+                           "copying a send to oneself"));
+    }
+  }
+  if (remote.empty()) return okStatus();
+  // Every (peer, direction) gets its messages cut into parts over its peer
+  // channels, in call order; one block per connector used moves its parts
+  // in order. The peer cuts its matching messages the same way.
+  struct Link {
+    int peer;
+    bool send;
+    bool operator<(const Link& o) const { return peer != o.peer ? peer < o.peer : send < o.send; }
+  };
+  std::map<Link, std::vector<const P2pOp*>> byLink;
+  for (const P2pOp* op : remote) byLink[{op->peer, op->isSend}].push_back(op);
+  // Channels per message: as many as its bytes want, bounded so that a
+  // rank's links to every peer both ways fit in one launch. A function of
+  // the size and the rank count only, so both ends cut a message alike.
+  const int perLink =
+      std::clamp(device::kDevMaxP2pBlocks / (2 * std::max(1, comm_->nranks() - 1)), 1, kPeerChannels);
+  auto channelsFor = [&](size_t bytes) {
+    return static_cast<int>(
+        std::clamp<size_t>((bytes + kP2pBytesPerChannel - 1) / kP2pBytesPerChannel, 1, static_cast<size_t>(perLink)));
+  };
+  if (byLink.size() > static_cast<size_t>(device::kDevMaxP2pBlocks)) {
+    return invalidUsage("a group on one communicator sends to or receives from ", byLink.size(),
+                        " peers; one GPU launch serves at most ", device::kDevMaxP2pBlocks, " in this release");
+  }
+  std::vector<int> sendPeers, recvPeers;
+  int needChannels = 1;
+  for (const auto& [link, list] : byLink) {
+    (link.send ? sendPeers : recvPeers).push_back(link.peer);
+    for (const P2pOp* op : list) needChannels = std::max(needChannels, channelsFor(op->bytes));
+  }
+  BRAID_CHECK(ensurePeers(needChannels, sendPeers, recvPeers));
+  DevP2pArgs args;
+  args.nranks = comm_->nranks();
+  args.ctx = ctx();
+  args.sendConns = devPeerSend_;
+  args.recvConns = devPeerRecv_;
+  int nsegs = 0;
+  for (const auto& [link, list] : byLink) {
+    // Segments per channel of this link, in call order.
+    std::vector<std::vector<device::DevP2pSeg>> perChannel(static_cast<size_t>(needChannels));
+    int used = 0;
+    for (const P2pOp* op : list) {
+      const int k = channelsFor(op->bytes);
+      char* buf = op->isSend ? const_cast<char*>(static_cast<const char*>(op->sendBuf)) : static_cast<char*>(op->recvBuf);
+      for (int c = 0; c < k; ++c) {
+        uint64_t lo = 0, len = 0;
+        device::channelPart(op->bytes, 1, k, c, &lo, &len);
+        perChannel[static_cast<size_t>(c)].push_back({buf + lo, len});
+      }
+      used = std::max(used, k);
+    }
+    for (int c = 0; c < used; ++c) {
+      const auto& segs = perChannel[static_cast<size_t>(c)];
+      if (nsegs + static_cast<int>(segs.size()) > device::kDevMaxP2pSegs) {
+        return invalidUsage("a group on one communicator holds more sends and receives than one GPU launch "
+                            "serves in this release (", device::kDevMaxP2pSegs, " message parts)");
+      }
+      device::DevP2pBlock& b = args.blocks[args.nBlocks++];
+      b.peer = link.peer;
+      b.isSend = link.send ? 1 : 0;
+      b.channel = c;
+      b.segBegin = static_cast<int16_t>(nsegs);
+      for (const auto& seg : segs) args.segs[nsegs++] = seg;
+      b.segEnd = static_cast<int16_t>(nsegs);
+    }
+  }
+  return device::launchP2p(args, stream);
+}
+
+}  // namespace
+
+Status GpuEngine::create(Communicator* comm, std::unique_ptr<GpuEngine>* out) {
+  auto e = std::make_unique<GpuEngineImpl>(comm);
+  BRAID_CHECK(e->init());
+  *out = std::move(e);
+  return okStatus();
+}
+
+}  // namespace braid

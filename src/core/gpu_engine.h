@@ -1,0 +1,51 @@
+// The GPU backend of one communicator: its device connectors (p2p
+// transport), the tables kernels read them from, and the launches
+// (DESIGN.md §3 step 3, GPU side).
+//
+// Connectors are set up on first use, as on the host: ring channel c links
+// rank -> rank+1, tree channels link tree neighbours (tree c % 2 of the
+// double binary tree), peer channels link two ranks directly (the one-shot
+// all-reduce and point-to-point). Ring and tree connections are collective
+// (every rank reaches them in the same call); a peer connection involves
+// only its two ranks, which reach it in matching sends and receives.
+//
+// Every launch is asynchronous on the caller's stream. Kernels watch an
+// abort flag in host-mapped memory (raised by ncclCommAbort) and report a
+// wait that timed out in a host-mapped status the host polls
+// (ncclCommGetAsyncError). Built in the cuda and hip flavors; the host
+// flavor's create() says the library was built without GPU support.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tuning/tuning.h"
+
+namespace braid {
+
+struct CollArgs;
+struct P2pOp;
+struct ScalarBits;
+class Communicator;
+
+class GpuEngine {
+ public:
+  static Status create(Communicator* comm, std::unique_ptr<GpuEngine>* out);
+  virtual ~GpuEngine() = default;
+
+  // Launches one collective on `stream` with the selector's choice.
+  virtual Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) = 0;
+  // Launches a group's sends and receives (one communicator) on `stream`.
+  virtual Status p2p(const std::vector<P2pOp>& ops, void* stream) = 0;
+  // Copies `bytes` at `src` into device memory the engine owns, in stream
+  // order (in-place all-to-all sends from the copy); *out is the copy.
+  virtual Status stage(const void* src, size_t bytes, void* stream, const void** out) = 0;
+  // Raises the kernels' abort flag: every wait ends within microseconds.
+  virtual void abort() = 0;
+  // OK, or what a kernel reported (a wait that timed out or was aborted).
+  virtual Status deviceStatus() const = 0;
+  // Channels the selector may use for a GPU collective.
+  virtual int maxChannels() const = 0;
+};
+
+}  // namespace braid

@@ -1,0 +1,111 @@
+// What a kernel is given: plain data shared by the host code that fills it
+// and the kernels that read it (DESIGN.md §4: kernels get trivially
+// copyable handles, never host objects).
+#pragma once
+
+#include <cstdint>
+
+#include "platform/host_device.h"
+#include "transports/transport.h"
+
+namespace braid::device {
+
+constexpr int kDevThreads = 512;     // threads of one block (one channel)
+constexpr int kDevMaxPeers = 8;      // connectors of a one-shot (direct) primitives object
+constexpr int kDevTreeChildren = 3;  // matches topology/trees.h kMaxTreeChildren
+constexpr int kDevMaxChannels = 32;
+
+// One channel's connectors on this rank's GPU (device memory, one per channel).
+struct DevChannel {
+  DevConn ringSend, ringRecv;
+  DevConn treeUpSend, treeDownRecv;  // with the parent (unused at the root)
+  DevConn treeUpRecv[kDevTreeChildren], treeDownSend[kDevTreeChildren];
+  int32_t treeParent = -1;
+  int32_t nTreeChildren = 0;
+  int32_t treeChild[kDevTreeChildren] = {-1, -1, -1};
+  int32_t ringPrev = -1, ringNext = -1;
+};
+
+// How a kernel ended, in host-mapped memory the host polls
+// (ncclCommGetAsyncError). The first failing block records its wait.
+struct DevStatus {
+  int32_t code;     // kDevOk, kDevAborted, kDevTimedOut
+  int32_t channel;  // the block (channel) that failed first
+  int32_t peer;     // the rank it waited for
+  int32_t waitingFor;  // 0: data (tail or LL flags), 1: a free slot (head)
+  uint64_t step;
+};
+constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2;
+
+struct DevCtx {
+  const volatile int32_t* abort = nullptr;  // host-mapped: raised by ncclCommAbort
+  DevStatus* status = nullptr;              // host-mapped
+  uint64_t timeoutNs = 0;                   // a wait making no progress this long fails
+};
+
+enum class DevAlgo : int32_t { Ring = 0, Tree = 1, Direct = 2 };
+enum class DevColl : int32_t { AllReduce = 0, AllGather = 1, ReduceScatter = 2, Broadcast = 3, Reduce = 4 };
+
+struct DevCollArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  uint64_t count = 0;       // elements per rank, as the API counts them
+  uint64_t chunkElems = 0;  // Simple: elements one step carries (0: a whole slot)
+  uint64_t scalar = 0;      // PreMulSum's scalar, its bits
+  const void* scalarPtr = nullptr;  // or, for ncclScalarDevice, where to read it when the kernel runs
+  DevColl coll = DevColl::AllReduce;
+  DevAlgo algo = DevAlgo::Ring;
+  int32_t rank = 0, nranks = 1, root = 0;
+  int32_t nChannels = 1;
+  int32_t avgDivisor = 0;   // > 0: divide the result by it (ncclAvg)
+  int32_t pad = 0;
+  const DevChannel* channels = nullptr;  // device memory, nChannels entries
+  const DevConn* peerSend = nullptr;     // direct: device memory, [channel * nranks + peer]
+  const DevConn* peerRecv = nullptr;
+  DevCtx ctx;
+};
+
+// A point-to-point group in one launch. Block b serves one connector
+// (peer, direction, peer channel) and moves its segments in order: the
+// parts of the group's messages to or from that peer that map to that
+// channel. Both ranks cut their matching messages the same way, so their
+// blocks move matching segments in matching order.
+struct DevP2pSeg {
+  char* buf = nullptr;
+  uint64_t bytes = 0;
+};
+struct DevP2pBlock {
+  int32_t peer = 0;
+  int32_t isSend = 0;
+  int32_t channel = 0;
+  int16_t segBegin = 0, segEnd = 0;
+};
+constexpr int kDevMaxP2pBlocks = 64;
+constexpr int kDevMaxP2pSegs = 128;
+
+struct DevP2pArgs {
+  int32_t nBlocks = 0;
+  int32_t nranks = 1;
+  DevCtx ctx;
+  const DevConn* sendConns = nullptr;  // device memory: [channel * nranks + peer]
+  const DevConn* recvConns = nullptr;
+  DevP2pBlock blocks[kDevMaxP2pBlocks];
+  DevP2pSeg segs[kDevMaxP2pSegs];
+};
+static_assert(sizeof(DevP2pArgs) < 4000, "kernel parameters stay under 4 KB (HIP's limit)");
+
+// Channel c's part of `count` elements: contiguous, 64-byte aligned (the
+// host engine cuts buffers the same way).
+BRAID_HOST_DEVICE inline void channelPart(uint64_t count, uint64_t elemSize, int nch, int c, uint64_t* lo,
+                                          uint64_t* len) {
+  uint64_t align = 64 / elemSize;
+  if (align == 0) align = 1;
+  uint64_t per = (count + static_cast<uint64_t>(nch) - 1) / static_cast<uint64_t>(nch);
+  per = (per + align - 1) / align * align;
+  uint64_t l = per * static_cast<uint64_t>(c);
+  *lo = l < count ? l : count;
+  uint64_t end = *lo + per < count ? *lo + per : count;
+  *len = end - *lo;
+}
+
+}  // namespace braid::device

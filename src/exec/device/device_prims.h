@@ -1,0 +1,439 @@
+// Device primitives: the verbs of collectives/ (send, recv, recvReduceSend,
+// ...) for one block of kDevThreads threads, over device connectors
+// (transports/transport.h DevConn), in the Simple or LL protocol. The GPU
+// twin of src/exec/host/host_prims.h, with the same semantics: "received"
+// data is the reduction of every receive connector's data in connector
+// order with the rank's own input at `localPos` (default last), passed
+// through Op::pre where it enters a reduction or is sent by `send`; every
+// send connector gets the same result. Every thread of the block makes
+// every call (the algorithms are uniform control flow).
+//
+// Simple: one thread waits for the receivers' tail and another for the
+// senders' head, the block moves the data with 16-byte loads and stores
+// (element by element where the buffers are not 16-byte aligned), every
+// thread fences its stores to system scope, and after a barrier one thread
+// publishes tail (senders) and head (receivers).
+// LL: every thread polls its own 16-byte lines until both flags carry the
+// step, reduces, and writes lines with the flag to the next rank; no fence.
+//
+// Waits are bounded: every 1024 polls a waiting thread reads the abort
+// flag (host-mapped) and the clock; abort or no progress for the timeout
+// records the wait in the host-mapped status, raises the block's failure
+// flag, and from then on every call of every primitives object of the
+// block returns at once, so the kernel ends. Failure decisions are made
+// with block-wide votes, so every thread takes the same branch.
+#pragma once
+
+#include <cstdint>
+
+#include "exec/device/dev_work.h"
+#include "exec/device/device_mem.h"
+
+namespace braid::device {
+
+template <typename T>
+union Pack16 {
+  uint4 raw;
+  T elem[16 / sizeof(T)];
+};
+template <typename T>
+union Pack8 {
+  uint64_t raw;
+  T elem[8 / sizeof(T)];
+};
+
+template <int Size>
+struct RawOf;
+template <>
+struct RawOf<1> {
+  using type = uint8_t;
+};
+template <>
+struct RawOf<2> {
+  using type = uint16_t;
+};
+template <>
+struct RawOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct RawOf<8> {
+  using type = uint64_t;
+};
+
+// One element of memory another agent may have written (volatile: no stale L1).
+template <typename T>
+__device__ __forceinline__ T loadElem(const T* p) {
+  using R = typename RawOf<sizeof(T)>::type;
+  R r = *reinterpret_cast<const volatile R*>(p);
+  T t;
+  __builtin_memcpy(&t, &r, sizeof(T));
+  return t;
+}
+
+template <typename T, typename Op, Protocol P, int MaxRecv, int MaxSend>
+class DevPrims {
+  static_assert(P == Protocol::Simple || P == Protocol::LL, "LL128 is not built");
+  static constexpr int NT = kDevThreads;
+  static constexpr int kRecv = MaxRecv > 0 ? MaxRecv : 1;
+  static constexpr int kSend = MaxSend > 0 ? MaxSend : 1;
+
+ public:
+  // sends[i] / recvs[i]: the connectors; *Peers: their ranks (messages).
+  // `sFail`: the block's shared failure flag.
+  __device__ DevPrims(const DevConn* const* sends, const int* sendPeers, int nsend, const DevConn* const* recvs,
+                      const int* recvPeers, int nrecv, int localPos, Op op, const DevCtx& ctx, int channel,
+                      volatile int* sFail)
+      : nsend_(nsend), nrecv_(nrecv), localPos_(localPos < 0 ? nrecv : localPos), op_(op), ctx_(ctx),
+        channel_(channel), sFail_(sFail) {
+    uint64_t slot = ~uint64_t(0);
+#pragma unroll
+    for (int i = 0; i < kSend; ++i) {
+      if (i < nsend) {
+        const DevConn& c = *sends[i];
+        sbuf_[i] = P == Protocol::LL ? c.ll : c.simple;
+        scounter_[i] = c.tail;
+        scredit_[i] = c.head;
+        sstepPtr_[i] = c.step;
+        sstep_[i] = *c.step;
+        speer_[i] = sendPeers[i];
+        slot = c.slotBytes < slot ? c.slotBytes : slot;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRecv; ++i) {
+      if (i < nrecv) {
+        const DevConn& c = *recvs[i];
+        rbuf_[i] = P == Protocol::LL ? c.ll : c.simple;
+        rcounter_[i] = c.tail;
+        rcredit_[i] = c.head;
+        rstepPtr_[i] = c.step;
+        rstep_[i] = *c.step;
+        rpeer_[i] = recvPeers[i];
+        slot = c.slotBytes < slot ? c.slotBytes : slot;
+      }
+    }
+    slotBytes_ = slot;
+    maxElems_ = (P == Protocol::LL ? kDevLLDataBytes : slot) / sizeof(T);
+  }
+
+  __device__ uint64_t maxElems() const { return maxElems_; }
+  __device__ bool failed() const { return failed_; }
+
+  __device__ void send(const T* src, uint64_t n) { step(src, true, false, nullptr, true, n); }
+  __device__ void recv(T* dst, uint64_t n) { step(nullptr, false, true, dst, false, n); }
+  __device__ void recvReduceSend(const T* src, uint64_t n) { step(src, true, true, nullptr, true, n); }
+  __device__ void recvReduceCopySend(const T* src, T* dst, uint64_t n) { step(src, true, true, dst, true, n); }
+  __device__ void recvReduceCopy(const T* src, T* dst, uint64_t n) { step(src, true, true, dst, false, n); }
+  __device__ void recvCopySend(T* dst, uint64_t n) { step(nullptr, false, true, dst, true, n); }
+  __device__ void copySend(const T* src, T* dst, uint64_t n) {
+    step(src, false, false, src == dst ? nullptr : dst, true, n);
+  }
+
+  // Stores the connectors' steps for the next launch. Called once, at the end.
+  __device__ void finish() {
+    if (threadIdx.x != 0) return;
+#pragma unroll
+    for (int i = 0; i < kSend; ++i)
+      if (i < nsend_) *sstepPtr_[i] = sstep_[i];
+#pragma unroll
+    for (int i = 0; i < kRecv; ++i)
+      if (i < nrecv_) *rstepPtr_[i] = rstep_[i];
+  }
+
+ private:
+  __device__ void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
+    if (failed_) return;
+    const int tid = threadIdx.x;
+    bool bad = *sFail_ != 0;
+    // Credits: a free slot on every send connector.
+    if (toSend && tid == (NT > 32 ? 32 : 0)) {
+#pragma unroll
+      for (int i = 0; i < kSend; ++i) {
+        if (i < nsend_ && !bad) bad = !waitAtLeast(scredit_[i], sstep_[i] + 1 - kConnectorSteps, speer_[i], 1, sstep_[i]);
+      }
+    }
+    // Simple: data on every receive connector (LL polls the lines instead).
+    if (P == Protocol::Simple && fromRecv && tid == 0) {
+#pragma unroll
+      for (int i = 0; i < kRecv; ++i) {
+        if (i < nrecv_ && !bad) bad = !waitAtLeast(rcounter_[i], rstep_[i] + 1, rpeer_[i], 0, rstep_[i]);
+      }
+    }
+    failed_ = __syncthreads_or(bad);
+    if (failed_) return;
+    if (P == Protocol::Simple) {
+      moveSimple(src, srcPre, fromRecv, dst, toSend, n);
+      if (toSend) __threadfence_system();  // the data before tail, seen from the peer
+      failed_ = __syncthreads_or(0);
+    } else {
+      bad = !moveLL(src, srcPre, fromRecv, dst, toSend, n);
+      failed_ = __syncthreads_or(bad);
+    }
+    if (!failed_ && tid == 0) {
+#pragma unroll
+      for (int i = 0; i < kSend; ++i)
+        if (toSend && i < nsend_) storeRelaxed(scounter_[i], sstep_[i] + 1);
+#pragma unroll
+      for (int i = 0; i < kRecv; ++i)
+        if (fromRecv && i < nrecv_) storeRelaxed(rcredit_[i], rstep_[i] + 1);
+    }
+#pragma unroll
+    for (int i = 0; i < kSend; ++i)
+      if (toSend && i < nsend_) ++sstep_[i];
+#pragma unroll
+    for (int i = 0; i < kRecv; ++i)
+      if (fromRecv && i < nrecv_) ++rstep_[i];
+  }
+
+  // ---- Simple ----------------------------------------------------------------
+
+  __device__ void moveSimple(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
+    constexpr int kIn = kRecv + 1, kOut = kSend + 1;
+    const T* in[kIn];
+    bool pre[kIn];
+    int nin = 0;
+    if (fromRecv) {
+#pragma unroll
+      for (int i = 0; i < kRecv; ++i) {
+        if (i < nrecv_) {
+          if (src != nullptr && i == localPos_) in[nin] = src, pre[nin++] = srcPre;
+          in[nin] = reinterpret_cast<const T*>(rbuf_[i] + (rstep_[i] % kConnectorSteps) * slotBytes_);
+          pre[nin++] = false;
+        }
+      }
+      if (src != nullptr && localPos_ >= nrecv_) in[nin] = src, pre[nin++] = srcPre;
+    } else {
+      in[0] = src, pre[0] = srcPre, nin = 1;
+    }
+    T* out[kOut];
+    int nout = 0;
+    if (dst != nullptr) out[nout++] = dst;
+    if (toSend) {
+#pragma unroll
+      for (int i = 0; i < kSend; ++i)
+        if (i < nsend_) out[nout++] = reinterpret_cast<T*>(sbuf_[i] + (sstep_[i] % kConnectorSteps) * slotBytes_);
+    }
+    if (n == 0 || nout == 0) return;
+    reduceCopy<kIn, kOut>(in, pre, nin, out, nout, n);
+  }
+
+  template <int kIn, int kOut>
+  __device__ void reduceCopy(const T* const* in, const bool* pre, int nin, T* const* out, int nout, uint64_t n) {
+    constexpr int kPer = 16 / sizeof(T);
+    constexpr int U = 4;  // packs in flight per thread
+    uintptr_t bits = 0;
+#pragma unroll
+    for (int k = 0; k < kIn; ++k)
+      if (k < nin) bits |= reinterpret_cast<uintptr_t>(in[k]);
+#pragma unroll
+    for (int k = 0; k < kOut; ++k)
+      if (k < nout) bits |= reinterpret_cast<uintptr_t>(out[k]);
+    const uint64_t packs = (bits % 16 == 0) ? n / kPer : 0;
+    const int tid = threadIdx.x;
+    for (uint64_t base = tid; base < packs; base += static_cast<uint64_t>(NT) * U) {
+      Pack16<T> acc[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint64_t p = base + static_cast<uint64_t>(u) * NT;
+        if (p < packs) acc[u].raw = loadFresh(reinterpret_cast<const uint4*>(in[0]) + p);
+      }
+      if (Op::kHasPre && pre[0]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) acc[u].elem[e] = op_.pre(acc[u].elem[e]);
+      }
+#pragma unroll
+      for (int k = 1; k < kIn; ++k) {
+        if (k < nin) {
+          Pack16<T> v[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const uint64_t p = base + static_cast<uint64_t>(u) * NT;
+            if (p < packs) v[u].raw = loadFresh(reinterpret_cast<const uint4*>(in[k]) + p);
+          }
+          const bool pk = Op::kHasPre && pre[k];
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) acc[u].elem[e] = op_(acc[u].elem[e], pk ? op_.pre(v[u].elem[e]) : v[u].elem[e]);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kOut; ++k) {
+        if (k < nout) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const uint64_t p = base + static_cast<uint64_t>(u) * NT;
+            if (p < packs) reinterpret_cast<uint4*>(out[k])[p] = acc[u].raw;
+          }
+        }
+      }
+    }
+    for (uint64_t i = packs * kPer + tid; i < n; i += NT) {
+      T acc = loadElem(in[0] + i);
+      if (Op::kHasPre && pre[0]) acc = op_.pre(acc);
+#pragma unroll
+      for (int k = 1; k < kIn; ++k) {
+        if (k < nin) {
+          T v = loadElem(in[k] + i);
+          acc = op_(acc, (Op::kHasPre && pre[k]) ? op_.pre(v) : v);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kOut; ++k)
+        if (k < nout) out[k][i] = acc;
+    }
+  }
+
+  // ---- LL --------------------------------------------------------------------
+
+  static constexpr int kPer8 = 8 / sizeof(T);
+
+  // Elements e0 .. e0+ne of `p` as one 8-byte unit (zero beyond ne).
+  __device__ Pack8<T> loadUnit(const T* p, uint64_t e0, int ne, bool pre) const {
+    Pack8<T> v;
+    if (ne == kPer8 && reinterpret_cast<uintptr_t>(p + e0) % 8 == 0) {
+      v.raw = *reinterpret_cast<const uint64_t*>(p + e0);
+    } else {
+      v.raw = 0;
+      for (int e = 0; e < ne; ++e) v.elem[e] = p[e0 + e];
+    }
+    if (Op::kHasPre && pre) {
+#pragma unroll
+      for (int e = 0; e < kPer8; ++e) v.elem[e] = op_.pre(v.elem[e]);
+    }
+    return v;
+  }
+
+  __device__ void storeUnit(T* p, uint64_t e0, int ne, const Pack8<T>& v) const {
+    if (ne == kPer8 && reinterpret_cast<uintptr_t>(p + e0) % 8 == 0) {
+      *reinterpret_cast<uint64_t*>(p + e0) = v.raw;
+    } else {
+      for (int e = 0; e < ne; ++e) p[e0 + e] = v.elem[e];
+    }
+  }
+
+  __device__ bool pollLine(int i, uint64_t line, Pack8<T>* out) {
+    const char* p = rbuf_[i] + (rstep_[i] % kConnectorSteps) * kDevLLSlotBytes + line * 16;
+    const uint32_t flag = static_cast<uint32_t>(rstep_[i] + 1);
+    uint64_t start = 0;
+    uint32_t spins = 0;
+    for (;;) {
+      uint4 v = loadLine(p);
+      if (v.y == flag && v.w == flag) {
+        out->raw = static_cast<uint64_t>(v.x) | (static_cast<uint64_t>(v.z) << 32);
+        return true;
+      }
+      if (*sFail_ != 0) return false;
+      if ((++spins & 1023u) == 0 && shouldStop(&start, rpeer_[i], 0, rstep_[i])) return false;
+    }
+  }
+
+  __device__ void combine(Pack8<T>* acc, bool* have, const Pack8<T>& v) const {
+    if (!*have) {
+      *acc = v;
+      *have = true;
+      return;
+    }
+#pragma unroll
+    for (int e = 0; e < kPer8; ++e) acc->elem[e] = op_(acc->elem[e], v.elem[e]);
+  }
+
+  __device__ bool moveLL(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
+    const uint64_t nlines = (n + kPer8 - 1) / kPer8;
+    for (uint64_t line = threadIdx.x; line < nlines; line += NT) {
+      const uint64_t e0 = line * kPer8;
+      const int ne = static_cast<int>(n - e0 < static_cast<uint64_t>(kPer8) ? n - e0 : kPer8);
+      Pack8<T> acc;
+      acc.raw = 0;
+      bool have = false;
+      if (fromRecv) {
+#pragma unroll
+        for (int i = 0; i < kRecv; ++i) {
+          if (i < nrecv_) {
+            if (src != nullptr && i == localPos_) combine(&acc, &have, loadUnit(src, e0, ne, srcPre));
+            Pack8<T> v;
+            if (!pollLine(i, line, &v)) return false;
+            combine(&acc, &have, v);
+          }
+        }
+        if (src != nullptr && localPos_ >= nrecv_) combine(&acc, &have, loadUnit(src, e0, ne, srcPre));
+      } else {
+        acc = loadUnit(src, e0, ne, srcPre);
+      }
+      if (dst != nullptr) storeUnit(dst, e0, ne, acc);
+      if (toSend) {
+#pragma unroll
+        for (int i = 0; i < kSend; ++i) {
+          if (i < nsend_) {
+            char* p = sbuf_[i] + (sstep_[i] % kConnectorSteps) * kDevLLSlotBytes + line * 16;
+            storeLine(p, acc.raw, static_cast<uint32_t>(sstep_[i] + 1));
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  // ---- bounded waits ---------------------------------------------------------
+
+  // Waits until *counter >= target (counters only grow).
+  __device__ bool waitAtLeast(const uint64_t* counter, uint64_t target, int peer, int waitingFor, uint64_t step) {
+    if (static_cast<int64_t>(target) <= 0) return true;
+    uint64_t start = 0;
+    uint32_t spins = 0;
+    while (loadAcquire(counter) < target) {
+      if (*sFail_ != 0) return false;
+      if ((++spins & 1023u) == 0 && shouldStop(&start, peer, waitingFor, step)) return false;
+    }
+    return true;
+  }
+
+  __device__ bool shouldStop(uint64_t* start, int peer, int waitingFor, uint64_t step) {
+    int32_t code = kDevOk;
+    if (*ctx_.abort != 0) {
+      code = kDevAborted;
+    } else {
+      const uint64_t now = nanoseconds();
+      if (*start == 0) {
+        *start = now;
+      } else if (now - *start > ctx_.timeoutNs) {
+        code = kDevTimedOut;
+      }
+    }
+    if (code == kDevOk) return false;
+    *sFail_ = 1;
+    if (atomicCAS(reinterpret_cast<int*>(&ctx_.status->code), 0, code) == 0) {
+      ctx_.status->channel = channel_;
+      ctx_.status->peer = peer;
+      ctx_.status->waitingFor = waitingFor;
+      ctx_.status->step = step;
+      __threadfence_system();
+    }
+    return true;
+  }
+
+  int nsend_, nrecv_, localPos_;
+  Op op_;
+  DevCtx ctx_;
+  int channel_;
+  volatile int* sFail_;
+  bool failed_ = false;
+  uint64_t slotBytes_ = 0, maxElems_ = 0;
+  char* sbuf_[kSend];
+  uint64_t* scounter_[kSend];  // tail in the receiver's memory
+  uint64_t* scredit_[kSend];   // head in our memory
+  uint64_t* sstepPtr_[kSend];
+  uint64_t sstep_[kSend];
+  int speer_[kSend];
+  char* rbuf_[kRecv];
+  uint64_t* rcounter_[kRecv];  // tail in our memory
+  uint64_t* rcredit_[kRecv];   // head in the sender's memory
+  uint64_t* rstepPtr_[kRecv];
+  uint64_t rstep_[kRecv];
+  int rpeer_[kRecv];
+};
+
+}  // namespace braid::device

@@ -1,0 +1,40 @@
+// Launching the device kernels (cuda and hip flavors only): the host side
+// of src/exec/device. Asynchronous on `stream` (a hipStream_t / cudaStream_t).
+#pragma once
+
+#include "exec/device/dev_work.h"
+#include "nccl.h"
+#include "util/status.h"
+
+namespace braid::device {
+
+// The operator a kernel reduces with (ncclAvg runs as Sum plus a division).
+enum class DevOp { Sum, Prod, Min, Max, PreMulSum };
+
+// False if BRAID_KERNEL_TYPES left `type` out of this build.
+bool collKernelsBuilt(ncclDataType_t type);
+
+// One block per channel (args.nChannels).
+Status launchCollective(ncclDataType_t type, DevOp op, Protocol proto, const DevCollArgs& args, void* stream);
+
+// One block per connector of the group (args.nBlocks).
+Status launchP2p(const DevP2pArgs& args, void* stream);
+
+// Per-type entry points, defined by the generated coll_<type>.hip sources.
+#define BRAID_DECLARE_KLAUNCH(name) \
+  Status launchColl_##name(DevOp op, Protocol proto, const DevCollArgs& a, void* stream);
+BRAID_DECLARE_KLAUNCH(i8)
+BRAID_DECLARE_KLAUNCH(u8)
+BRAID_DECLARE_KLAUNCH(i32)
+BRAID_DECLARE_KLAUNCH(u32)
+BRAID_DECLARE_KLAUNCH(i64)
+BRAID_DECLARE_KLAUNCH(u64)
+BRAID_DECLARE_KLAUNCH(f16)
+BRAID_DECLARE_KLAUNCH(f32)
+BRAID_DECLARE_KLAUNCH(f64)
+BRAID_DECLARE_KLAUNCH(bf16)
+BRAID_DECLARE_KLAUNCH(e4m3)
+BRAID_DECLARE_KLAUNCH(e5m2)
+#undef BRAID_DECLARE_KLAUNCH
+
+}  // namespace braid::device

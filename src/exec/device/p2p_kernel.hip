@@ -1,0 +1,56 @@
+// The point-to-point kernel: every send and receive of one communicator's
+// group in one launch, so any pattern of a group progresses at once (A
+// sends to B while B sends to A, large messages both ways). Each block
+// drives one connector through its segments in order (dev_work.h), in
+// Simple steps; a segment takes at least one step, so zero-byte messages
+// still match.
+#include "exec/device/device_prims.h"
+#include "exec/device/launch.h"
+#include "exec/reduce_ops.h"
+#include "util/strings.h"
+
+namespace braid::device {
+namespace {
+
+__global__ void __launch_bounds__(kDevThreads) p2pKernel(DevP2pArgs a) {
+  __shared__ int sFail;
+  if (threadIdx.x == 0) sFail = 0;
+  __syncthreads();
+  const DevP2pBlock& blk = a.blocks[blockIdx.x];
+  const DevConn* conn = (blk.isSend ? a.sendConns : a.recvConns) + blk.channel * a.nranks + blk.peer;
+  const int peer = blk.peer;
+  using Prims = DevPrims<uint8_t, OpSum, Protocol::Simple, 1, 1>;
+  Prims p(&conn, &peer, blk.isSend ? 1 : 0, &conn, &peer, blk.isSend ? 0 : 1, -1, OpSum(), a.ctx, blk.channel,
+          &sFail);
+  const uint64_t chunk = p.maxElems();
+  for (int s = blk.segBegin; s < blk.segEnd; ++s) {
+    uint8_t* buf = reinterpret_cast<uint8_t*>(a.segs[s].buf);
+    const uint64_t len = a.segs[s].bytes;
+    uint64_t off = 0;
+    do {
+      const uint64_t n = len - off < chunk ? len - off : chunk;
+      if (blk.isSend) {
+        p.send(buf + off, n);
+      } else {
+        p.recv(buf + off, n);
+      }
+      off += n;
+    } while (off < len);
+  }
+  p.finish();
+}
+
+}  // namespace
+
+Status launchP2p(const DevP2pArgs& args, void* stream) {
+  if (args.nBlocks <= 0) return okStatus();
+  hipLaunchKernelGGL(p2pKernel, dim3(static_cast<unsigned>(args.nBlocks)), dim3(kDevThreads), 0,
+                     static_cast<hipStream_t>(stream), args);
+  hipError_t e = hipGetLastError();
+  if (e != hipSuccess) {
+    return Status(ncclUnhandledCudaError, strCat("launching the point-to-point kernel: ", hipGetErrorString(e)));
+  }
+  return okStatus();
+}
+
+}  // namespace braid::device

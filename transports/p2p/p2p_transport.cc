@@ -1,0 +1,139 @@
+#include "transports/p2p/p2p_transport.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "platform/gpu_runtime.h"
+#include "util/log.h"
+#include "util/strings.h"
+
+namespace braid {
+namespace {
+
+constexpr uint64_t kHandleMagic = 0x4252414944503250ull;  // "BRAIDP2P"
+
+// What one end tells the other about its block.
+struct Handle {
+  uint64_t magic = kHandleMagic;
+  int32_t pid = 0;
+  int32_t onHost = 0;  // pinned host memory (the peer's GPU cannot reach ours)
+  uint64_t pointer = 0;  // valid in this process (in-process peers, host memory)
+  uint64_t bytes = 0;
+  hipIpcMemHandle_t ipc;
+};
+
+Status gpuCheck(hipError_t e, const char* what) {
+  if (e == hipSuccess) return okStatus();
+  return Status(ncclUnhandledCudaError, strCat(what, ": ", hipGetErrorString(e)));
+}
+
+uint32_t handleTag(uint32_t tag, bool fromSender) { return tag + (fromSender ? 1u : 0u); }
+
+}  // namespace
+
+bool p2pEnablePeerAccess(int device, int peer) {
+  if (device == peer) return true;
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> enabled;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (enabled.count({device, peer}) != 0) return true;
+  int can = 0;
+  if (hipDeviceCanAccessPeer(&can, device, peer) != hipSuccess || can == 0) return false;
+  int saved = -1;
+  (void)hipGetDevice(&saved);
+  (void)hipSetDevice(device);
+  hipError_t e = hipDeviceEnablePeerAccess(peer, 0);
+  if (e != hipSuccess) (void)hipGetLastError();  // "already enabled" is fine
+  (void)hipSetDevice(saved);
+  enabled.insert({device, peer});
+  return true;
+}
+
+P2pEnd::~P2pEnd() {
+  if (opened_ != nullptr) (void)hipIpcCloseMemHandle(opened_);
+  if (local_ != nullptr) (void)(localOnHost_ ? hipHostFree(local_) : hipFree(local_));
+}
+
+Status p2pConnect(bootstrap::Bootstrap* bs, int device, size_t slotBytes, const std::vector<P2pRequest>& reqs) {
+  BRAID_CHECK(gpuCheck(hipSetDevice(device), "selecting the GPU"));
+  // 1. Allocate, zero and post every block.
+  for (const P2pRequest& r : reqs) {
+    P2pEnd* e = r.end;
+    const size_t bytes = r.send ? DevConnLayout::sendBytes() : DevConnLayout::recvBytes(slotBytes);
+    // Can the peer's GPU reach memory on ours? (Asked from the peer's side:
+    // the answer need not be symmetric.) Unknown devices try IPC.
+    bool direct = r.peerDevice < 0 || r.peerDevice == device;
+    if (!direct) {
+      int can = 0;
+      direct = hipDeviceCanAccessPeer(&can, r.peerDevice, device) == hipSuccess && can != 0;
+    }
+    if (direct && r.peerInProcess && r.peerDevice >= 0) direct = p2pEnablePeerAccess(r.peerDevice, device);
+    if (!direct && !r.peerInProcess) {
+      return Status(ncclSystemError,
+                    strCat("GPU ", r.peerDevice, " of rank ", r.peer, " cannot access GPU ", device,
+                           " (no peer access) and the shared host-memory path between processes is not "
+                           "built; run both GPUs in one process (ncclCommInitAll) or enable peer access"));
+    }
+    void* p = nullptr;
+    if (direct) {
+      BRAID_CHECK(gpuCheck(hipMalloc(&p, bytes), "allocating a connector block"));
+      BRAID_CHECK(gpuCheck(hipMemset(p, 0, bytes), "zeroing a connector block"));
+    } else {
+      BRAID_CHECK(gpuCheck(hipHostMalloc(&p, bytes, hipHostMallocMapped | hipHostMallocPortable),
+                           "allocating a pinned host connector block"));
+      std::memset(p, 0, bytes);
+    }
+    e->local_ = static_cast<char*>(p);
+    e->localOnHost_ = !direct;
+    Handle h;
+    h.pid = static_cast<int32_t>(getpid());
+    h.onHost = direct ? 0 : 1;
+    h.pointer = reinterpret_cast<uint64_t>(p);
+    h.bytes = bytes;
+    std::memset(&h.ipc, 0, sizeof(h.ipc));
+    if (direct && !r.peerInProcess) BRAID_CHECK(gpuCheck(hipIpcGetMemHandle(&h.ipc, p), "making an IPC handle"));
+    BRAID_CHECK(bs->send(r.peer, handleTag(r.tag, r.send), &h, sizeof(h)));
+  }
+  BRAID_CHECK(gpuCheck(hipDeviceSynchronize(), "zeroing connector blocks"));
+  // 2. Receive and map the peers' blocks.
+  for (const P2pRequest& r : reqs) {
+    Handle h;
+    BRAID_CHECK(bs->recv(r.peer, handleTag(r.tag, !r.send), &h, sizeof(h)));
+    const size_t want = r.send ? DevConnLayout::recvBytes(slotBytes) : DevConnLayout::sendBytes();
+    if (h.magic != kHandleMagic || h.bytes != want) {
+      return internalError("rank ", r.peer, " sent a malformed connector handle (", h.bytes, " bytes where ",
+                           want, " were expected: do both ranks use the same BRAID_BUFFSIZE?)");
+    }
+    char* peer = nullptr;
+    if (r.peerInProcess || h.onHost != 0) {
+      if (h.onHost != 0 && !r.peerInProcess) {
+        return internalError("rank ", r.peer, " put a connector in host memory of another process");
+      }
+      peer = reinterpret_cast<char*>(h.pointer);
+    } else {
+      void* opened = nullptr;
+      BRAID_CHECK(gpuCheck(hipIpcOpenMemHandle(&opened, h.ipc, hipIpcMemLazyEnablePeerAccess),
+                           strCat("opening rank ", r.peer, "'s connector memory (IPC)").c_str()));
+      r.end->opened_ = opened;
+      peer = static_cast<char*>(opened);
+    }
+    char* local = r.end->local_;
+    DevConn& c = r.end->conn;
+    char* recvBlock = r.send ? peer : local;
+    char* sendBlock = r.send ? local : peer;
+    c.simple = recvBlock + DevConnLayout::simpleOffset();
+    c.ll = recvBlock + DevConnLayout::llOffset(slotBytes);
+    c.tail = reinterpret_cast<uint64_t*>(recvBlock + DevConnLayout::kCounter);
+    c.head = reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kCounter);
+    c.step = reinterpret_cast<uint64_t*>(local + DevConnLayout::kStep);
+    c.slotBytes = slotBytes;
+    BRAID_TRACE(kLogP2p, "%s rank %d tag %#x: %s", r.send ? "send to" : "recv from", r.peer, r.tag,
+                r.peerInProcess ? (h.onHost ? "host memory" : "direct pointer") : "IPC");
+  }
+  return okStatus();
+}
+
+}  // namespace braid

@@ -1,0 +1,58 @@
+// The peer-to-peer transport: device connectors between GPUs of one host
+// (DESIGN.md §4, transports/transport.h's DevConn).
+//
+// Each end allocates its own block on its own GPU (the receiver: tail and
+// the slots; the sender: head), zeroes it and hands the peer a way to reach
+// it: a thread of this process gets the pointer (peer access enabled), another
+// process an IPC handle it opens. Where the peer's GPU cannot reach this GPU
+// (no peer access), the block goes to pinned host memory both GPUs map; each
+// end decides for its own block from the peer's point of view and says what
+// it chose in its handle, so both ends always agree on where the memory is.
+//
+// Connecting is collective between the two ranks of each connector: both
+// pass matching requests (same tag, `send` reversed). Every rank posts all
+// its handles before it waits for any, so any set of requests connects
+// without deadlock.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+class P2pEnd {
+ public:
+  P2pEnd() = default;
+  ~P2pEnd();
+  P2pEnd(const P2pEnd&) = delete;
+  P2pEnd& operator=(const P2pEnd&) = delete;
+
+  DevConn conn;  // valid once connected
+
+ private:
+  friend Status p2pConnect(bootstrap::Bootstrap*, int, size_t, const std::vector<struct P2pRequest>&);
+  char* local_ = nullptr;  // this end's block
+  bool localOnHost_ = false;
+  void* opened_ = nullptr;  // the peer's block, opened from an IPC handle
+};
+
+struct P2pRequest {
+  int peer;
+  bool send;           // this end sends to `peer`
+  uint32_t tag;        // tells apart connectors between the same ranks; multiple of 2
+  bool peerInProcess;  // the peer is a thread of this process
+  int peerDevice;      // the peer's GPU in this process's numbering, -1 if not visible
+  P2pEnd* end;
+};
+
+// `device`: this rank's GPU. `slotBytes`: Simple payload per step.
+Status p2pConnect(bootstrap::Bootstrap* bs, int device, size_t slotBytes, const std::vector<P2pRequest>& reqs);
+
+// Lets `device` reach `peer`'s memory directly (idempotent); false where the
+// hardware cannot.
+bool p2pEnablePeerAccess(int device, int peer);
+
+}  // namespace braid
