@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -74,6 +75,25 @@ bool same(T a, T b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
+// A value that no collective of the sweeps produces (every input and
+// result is >= 0): output buffers start with it, so an output left unwritten
+// (or holding what an earlier collective left in recycled memory) shows.
+template <typename T>
+T sentinel() {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return static_cast<T>(-1);
+  } else {
+    return T::fromFloat(-1.0f);
+  }
+}
+
+// "" when a collective call succeeded, else what went wrong.
+std::string callError(ncclResult_t result, ncclComm_t comm) {
+  if (result == ncclSuccess) return "";
+  std::string text = ncclGetLastError(comm);
+  return text.empty() ? std::string(ncclGetErrorString(result)) : text;
+}
+
 struct Failure {
   std::string text;
   void add(const std::string& s) {
@@ -83,28 +103,24 @@ struct Failure {
 
 template <typename T>
 void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::vector<size_t>& counts,
-             Failure* fail, int* iteration) {
+             SweepMemory& mem, Failure* fail, int* iteration) {
   // After a failure this rank has left the sequence its peers follow: what
   // came next would only report the consequences.
   if (!fail->text.empty()) return;
   // The built-in operators, and PreMulSum with the scalar 2 given by value
-  // and by pointer (set to 2 only after creation: it is read when each
+  // and by pointer (the pointer in `mem`, as NCCL wants device memory for
+  // ncclScalarDevice; set to 2 only after creation: it is read when each
   // collective runs). Each entry: the operator, the built-in one the
   // reference applies, and the scale of the inputs.
-  T two = make<T>(2), pointed = make<T>(5);
+  T two = make<T>(2);
+  SweepBuffer<T> pointed(mem, std::vector<T>{make<T>(5)});
+  if (!pointed.error().empty())
+    return fail->add(strCat("type ", type, ": PreMulSum scalar: ", pointed.error()));
   ncclRedOp_t byValue, byPointer;
   if (ncclRedOpCreatePreMulSum(&byValue, &two, type, ncclScalarHostImmediate, comm) != ncclSuccess ||
-      ncclRedOpCreatePreMulSum(&byPointer, &pointed, type, ncclScalarDevice, comm) != ncclSuccess) {
+      ncclRedOpCreatePreMulSum(&byPointer, pointed.data(), type, ncclScalarDevice, comm) != ncclSuccess) {
     return fail->add(strCat("type ", type, ": ncclRedOpCreatePreMulSum: ", ncclGetLastError(comm)));
   }
-  pointed = two;
-  struct OpCase {
-    ncclRedOp_t op, ref;
-    double scale;
-  };
-  const OpCase ops[] = {{ncclSum, ncclSum, 1},  {ncclProd, ncclProd, 1},  {ncclMin, ncclMin, 1},
-                        {ncclMax, ncclMax, 1},  {ncclAvg, ncclAvg, 1},    {byValue, ncclSum, 2},
-                        {byPointer, ncclSum, 2}};
   struct Destroy {
     ncclComm_t comm;
     ncclRedOp_t a, b;
@@ -113,73 +129,113 @@ void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::v
       ncclRedOpDestroy(b, comm);
     }
   } destroy{comm, byValue, byPointer};
+  if (std::string e = pointed.upload({two}); !e.empty()) {
+    return fail->add(strCat("type ", type, ": PreMulSum scalar: ", e));
+  }
+  struct OpCase {
+    ncclRedOp_t op, ref;
+    double scale;
+  };
+  const OpCase ops[] = {{ncclSum, ncclSum, 1},  {ncclProd, ncclProd, 1}, {ncclMin, ncclMin, 1},
+                        {ncclMax, ncclMax, 1},  {ncclAvg, ncclAvg, 1},   {byValue, ncclSum, 2},
+                        {byPointer, ncclSum, 2}};
+  // The end of every collective: its call's outcome, then (after waiting for
+  // the stream) elements [offset, offset + cnt) of `buf` into *got.
+  auto finish = [&](ncclResult_t r, SweepBuffer<T>& buf, size_t offset, size_t cnt, std::vector<T>* got) {
+    std::string e = callError(r, comm);
+    if (e.empty()) e = mem.synchronize(comm);
+    if (e.empty()) e = buf.download(got, offset, cnt);
+    return e;
+  };
   for (size_t count : counts) {
     for (bool inPlace : {false, true}) {
+      // Out-of-place outputs; none in place.
+      const std::vector<T> unwritten(inPlace ? 0 : count, sentinel<T>());
       for (const OpCase& oc : ops) {
         const ncclRedOp_t op = oc.op;
-        auto reduceRef = [&](ncclRedOp_t, int nr, size_t i) { return test::reduceRef<T>(oc.ref, nr, i, oc.scale); };
+        auto reduceRef = [&](ncclRedOp_t, int nr, size_t i) {
+          return test::reduceRef<T>(oc.ref, nr, i, oc.scale);
+        };
         auto input = [&](int r, size_t i, ncclRedOp_t) { return test::input<T>(r, i, oc.ref); };
         std::string tag = strCat("type ", type, " op ", op, " count ", count, inPlace ? " in-place" : "");
         // All-reduce.
         {
-          std::vector<T> in(count), out(count);
-          for (size_t i = 0; i < count; ++i) in[i] = make<T>(input(rank, i, op));
-          T* dst = inPlace ? in.data() : out.data();
-          ncclResult_t r = ncclAllReduce(in.data(), dst, count, type, op, comm, nullptr);
-          if (r != ncclSuccess) return fail->add("allreduce " + tag + ": " + ncclGetLastError(comm));
+          std::vector<T> h(count), got;
+          for (size_t i = 0; i < count; ++i) h[i] = make<T>(input(rank, i, op));
+          SweepBuffer<T> in(mem, h), out(mem, unwritten);
+          SweepBuffer<T>& dst = inPlace ? in : out;
+          std::string e = in.error() + out.error();
+          if (e.empty()) {
+            e = finish(ncclAllReduce(in.data(), dst.data(), count, type, op, comm, mem.stream()), dst, 0,
+                       count, &got);
+          }
+          if (!e.empty()) return fail->add("allreduce " + tag + ": " + e);
           for (size_t i = 0; i < count; ++i) {
-            if (!same(dst[i], reduceRef(op, n, i))) {
-              return fail->add(strCat("allreduce ", tag, " at ", i, ": ", value(dst[i]), " vs ",
+            if (!same(got[i], reduceRef(op, n, i))) {
+              return fail->add(strCat("allreduce ", tag, " at ", i, ": ", value(got[i]), " vs ",
                                       value(reduceRef(op, n, i))));
             }
           }
         }
         // Reduce-scatter: input of n blocks, element j of the whole input.
         {
-          std::vector<T> in(count * n), out(count);
-          for (size_t j = 0; j < in.size(); ++j) in[j] = make<T>(input(rank, j, op));
-          T* dst = inPlace ? in.data() + static_cast<size_t>(rank) * count : out.data();
-          ncclResult_t r = ncclReduceScatter(in.data(), dst, count, type, op, comm, nullptr);
-          if (r != ncclSuccess) return fail->add("reducescatter " + tag + ": " + ncclGetLastError(comm));
+          std::vector<T> h(count * n), got;
+          for (size_t j = 0; j < h.size(); ++j) h[j] = make<T>(input(rank, j, op));
+          SweepBuffer<T> in(mem, h), out(mem, unwritten);
+          SweepBuffer<T>& dst = inPlace ? in : out;
+          const size_t offset = inPlace ? static_cast<size_t>(rank) * count : 0;
+          std::string e = in.error() + out.error();
+          if (e.empty()) {
+            e = finish(ncclReduceScatter(in.data(), dst.data() + offset, count, type, op, comm, mem.stream()),
+                       dst, offset, count, &got);
+          }
+          if (!e.empty()) return fail->add("reducescatter " + tag + ": " + e);
           for (size_t i = 0; i < count; ++i) {
             T want = reduceRef(op, n, static_cast<size_t>(rank) * count + i);
-            if (!same(dst[i], want)) {
+            if (!same(got[i], want)) {
               return fail->add(
-                  strCat("reducescatter ", tag, " at ", i, ": ", value(dst[i]), " vs ", value(want)));
+                  strCat("reducescatter ", tag, " at ", i, ": ", value(got[i]), " vs ", value(want)));
             }
           }
         }
         // Reduce to a rotating root.
         {
           int root = (*iteration)++ % n;
-          std::vector<T> in(count), out(count, make<T>(-1));
-          for (size_t i = 0; i < count; ++i) in[i] = make<T>(input(rank, i, op));
-          T* dst = inPlace ? in.data() : out.data();
-          ncclResult_t r = ncclReduce(in.data(), dst, count, type, op, root, comm, nullptr);
-          if (r != ncclSuccess) return fail->add("reduce " + tag + ": " + ncclGetLastError(comm));
+          std::vector<T> h(count), got;
+          for (size_t i = 0; i < count; ++i) h[i] = make<T>(input(rank, i, op));
+          SweepBuffer<T> in(mem, h), out(mem, unwritten);
+          SweepBuffer<T>& dst = inPlace ? in : out;
+          std::string e = in.error() + out.error();
+          if (e.empty()) {
+            e = finish(ncclReduce(in.data(), dst.data(), count, type, op, root, comm, mem.stream()), dst, 0,
+                       rank == root ? count : 0, &got);
+          }
+          if (!e.empty()) return fail->add("reduce " + tag + ": " + e);
           if (rank == root) {
             for (size_t i = 0; i < count; ++i) {
-              if (!same(dst[i], reduceRef(op, n, i))) return fail->add(strCat("reduce ", tag, " at ", i));
+              if (!same(got[i], reduceRef(op, n, i))) return fail->add(strCat("reduce ", tag, " at ", i));
             }
           }
         }
       }
       std::string tag = strCat("type ", type, " count ", count, inPlace ? " in-place" : "");
-      // All-gather.
+      // All-gather; in place, the input is this rank's block of the output.
       {
-        std::vector<T> in(count), out(count * n);
-        for (size_t i = 0; i < count; ++i) in[i] = make<T>(input<T>(rank, i, ncclSum));
-        T* src = in.data();
-        if (inPlace) {
-          if (count > 0)
-            std::memcpy(out.data() + static_cast<size_t>(rank) * count, in.data(), count * sizeof(T));
-          src = out.data() + static_cast<size_t>(rank) * count;
+        const size_t mine = static_cast<size_t>(rank) * count;
+        std::vector<T> h(count), all(count * n, sentinel<T>()), got;
+        for (size_t i = 0; i < count; ++i) h[i] = make<T>(input<T>(rank, i, ncclSum));
+        if (inPlace) std::copy(h.begin(), h.end(), all.begin() + static_cast<std::ptrdiff_t>(mine));
+        SweepBuffer<T> in(mem, inPlace ? std::vector<T>() : h), out(mem, all);
+        const T* src = inPlace ? out.data() + mine : in.data();
+        std::string e = in.error() + out.error();
+        if (e.empty()) {
+          e = finish(ncclAllGather(src, out.data(), count, type, comm, mem.stream()), out, 0, all.size(),
+                     &got);
         }
-        ncclResult_t r = ncclAllGather(src, out.data(), count, type, comm, nullptr);
-        if (r != ncclSuccess) return fail->add("allgather " + tag + ": " + ncclGetLastError(comm));
+        if (!e.empty()) return fail->add("allgather " + tag + ": " + e);
         for (int q = 0; q < n; ++q) {
           for (size_t i = 0; i < count; ++i) {
-            if (!same(out[static_cast<size_t>(q) * count + i], make<T>(input<T>(q, i, ncclSum)))) {
+            if (!same(got[static_cast<size_t>(q) * count + i], make<T>(input<T>(q, i, ncclSum)))) {
               return fail->add(strCat("allgather ", tag, " block ", q, " at ", i));
             }
           }
@@ -188,13 +244,18 @@ void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::v
       // Broadcast from a rotating root.
       {
         int root = (*iteration)++ % n;
-        std::vector<T> in(count), out(count, make<T>(-1));
-        for (size_t i = 0; i < count; ++i) in[i] = make<T>(input<T>(rank, i, ncclSum));
-        T* dst = inPlace ? in.data() : out.data();
-        ncclResult_t r = ncclBroadcast(in.data(), dst, count, type, root, comm, nullptr);
-        if (r != ncclSuccess) return fail->add("broadcast " + tag + ": " + ncclGetLastError(comm));
+        std::vector<T> h(count), got;
+        for (size_t i = 0; i < count; ++i) h[i] = make<T>(input<T>(rank, i, ncclSum));
+        SweepBuffer<T> in(mem, h), out(mem, unwritten);
+        SweepBuffer<T>& dst = inPlace ? in : out;
+        std::string e = in.error() + out.error();
+        if (e.empty()) {
+          e = finish(ncclBroadcast(in.data(), dst.data(), count, type, root, comm, mem.stream()), dst, 0,
+                     count, &got);
+        }
+        if (!e.empty()) return fail->add("broadcast " + tag + ": " + e);
         for (size_t i = 0; i < count; ++i) {
-          if (!same(dst[i], make<T>(input<T>(root, i, ncclSum)))) {
+          if (!same(got[i], make<T>(input<T>(root, i, ncclSum)))) {
             return fail->add(strCat("broadcast ", tag, " root ", root, " at ", i));
           }
         }
@@ -210,25 +271,25 @@ SweepCounts sweepCountsFromEnv() {
   return mode != nullptr && std::string(mode) == "quick" ? SweepCounts::kQuick : SweepCounts::kFull;
 }
 
-std::string collSweep(ncclComm_t comm, int rank, int n, SweepCounts counts) {
+std::string collSweep(ncclComm_t comm, int rank, int n, SweepCounts counts, SweepMemory& memory) {
   Failure fail;
   int iteration = 0;
   const bool quick = counts == SweepCounts::kQuick;
   const std::vector<size_t> small =
       quick ? std::vector<size_t>{0, 1, 7, 4099} : std::vector<size_t>{0, 1, 7, 1023, 65537};
   const std::vector<size_t> large = quick ? small : std::vector<size_t>{0, 1, 7, 1023, 65537, (1u << 20) + 3};
-  runType<int8_t>(comm, ncclInt8, rank, n, small, &fail, &iteration);
-  runType<uint8_t>(comm, ncclUint8, rank, n, small, &fail, &iteration);
-  runType<int32_t>(comm, ncclInt32, rank, n, small, &fail, &iteration);
-  runType<uint32_t>(comm, ncclUint32, rank, n, small, &fail, &iteration);
-  runType<int64_t>(comm, ncclInt64, rank, n, small, &fail, &iteration);
-  runType<uint64_t>(comm, ncclUint64, rank, n, small, &fail, &iteration);
-  runType<Half>(comm, ncclFloat16, rank, n, small, &fail, &iteration);
-  runType<float>(comm, ncclFloat32, rank, n, large, &fail, &iteration);
-  runType<double>(comm, ncclFloat64, rank, n, small, &fail, &iteration);
-  runType<BFloat16>(comm, ncclBfloat16, rank, n, small, &fail, &iteration);
-  runType<Fp8E4M3>(comm, ncclFloat8e4m3, rank, n, small, &fail, &iteration);
-  runType<Fp8E5M2>(comm, ncclFloat8e5m2, rank, n, small, &fail, &iteration);
+  runType<int8_t>(comm, ncclInt8, rank, n, small, memory, &fail, &iteration);
+  runType<uint8_t>(comm, ncclUint8, rank, n, small, memory, &fail, &iteration);
+  runType<int32_t>(comm, ncclInt32, rank, n, small, memory, &fail, &iteration);
+  runType<uint32_t>(comm, ncclUint32, rank, n, small, memory, &fail, &iteration);
+  runType<int64_t>(comm, ncclInt64, rank, n, small, memory, &fail, &iteration);
+  runType<uint64_t>(comm, ncclUint64, rank, n, small, memory, &fail, &iteration);
+  runType<Half>(comm, ncclFloat16, rank, n, small, memory, &fail, &iteration);
+  runType<float>(comm, ncclFloat32, rank, n, large, memory, &fail, &iteration);
+  runType<double>(comm, ncclFloat64, rank, n, small, memory, &fail, &iteration);
+  runType<BFloat16>(comm, ncclBfloat16, rank, n, small, memory, &fail, &iteration);
+  runType<Fp8E4M3>(comm, ncclFloat8e4m3, rank, n, small, memory, &fail, &iteration);
+  runType<Fp8E5M2>(comm, ncclFloat8e5m2, rank, n, small, memory, &fail, &iteration);
   return fail.text;
 }
 
@@ -241,7 +302,8 @@ const char* splitShapeName(SplitShape shape) {
   return "?";
 }
 
-std::string splitSweep(ncclComm_t parent, int rank, int n, SplitShape shape, SweepCounts counts) {
+std::string splitSweep(ncclComm_t parent, int rank, int n, SplitShape shape, SweepCounts counts,
+                       SweepMemory& memory) {
   // This rank's color and key, and the rank and size it must get.
   int color = 0, key = rank, newRank = rank, newSize = n;
   switch (shape) {
@@ -276,13 +338,178 @@ std::string splitSweep(ncclComm_t parent, int rank, int n, SplitShape shape, Swe
     err = strCat("new rank ", gotRank, " of ", gotSize, ", expected ", newRank, " of ", newSize);
   }
   // A wrong size would make the sweep's buffers wrong: no sweep then.
-  if (err.empty()) err = collSweep(comm, newRank, newSize, counts);
+  if (err.empty()) err = collSweep(comm, newRank, newSize, counts, memory);
   if (!err.empty()) {
     ncclCommAbort(comm);  // peers may still be inside a collective: do not wait for them
     return tag + err;
   }
   err = check(ncclCommDestroy(comm), "ncclCommDestroy");
   return err.empty() ? "" : tag + err;
+}
+
+std::string p2pSweep(ncclComm_t comm, int rank, int n, SweepMemory& mem) {
+  using Buffer = SweepBuffer<int32_t>;
+  auto val = [](int from, int to, size_t i) { return static_cast<int32_t>(from * 1000003 + to * 7919 + i); };
+  // The end of every call or group: its outcome, then the wait for the stream.
+  auto done = [&](ncclResult_t result, const char* what) {
+    std::string err = check(result, what);
+    return err.empty() ? mem.synchronize(comm) : err;
+  };
+  std::string err;
+  std::vector<int32_t> got;
+  for (size_t count : {size_t(0), size_t(1), size_t(1001), size_t(300000)}) {
+    std::string tag = strCat(" count ", count);
+    const std::vector<int32_t> unwritten(count, -1);
+    // Every rank sends to every rank (itself included) in one group, and
+    // both directions of each pair at once: large messages must not deadlock.
+    {
+      std::vector<std::unique_ptr<Buffer>> out(n), in(n);
+      for (int p = 0; p < n; ++p) {
+        std::vector<int32_t> h(count);
+        for (size_t i = 0; i < count; ++i) h[i] = val(rank, p, i);
+        out[p] = std::make_unique<Buffer>(mem, h);
+        in[p] = std::make_unique<Buffer>(mem, unwritten);
+        err = out[p]->error() + in[p]->error();
+        if (!err.empty()) return "send/recv buffers: " + err + tag;
+      }
+      ncclGroupStart();
+      for (int p = 0; p < n; ++p) {
+        ncclSend(out[p]->data(), count, ncclInt32, p, comm, mem.stream());
+        ncclRecv(in[p]->data(), count, ncclInt32, p, comm, mem.stream());
+      }
+      err = done(ncclGroupEnd(), "send/recv group");
+      if (!err.empty()) return err + tag;
+      for (int p = 0; p < n; ++p) {
+        err = in[p]->download(&got);
+        if (!err.empty()) return err + tag;
+        for (size_t i = 0; i < count; ++i) {
+          if (got[i] != val(p, rank, i)) return strCat("send/recv from ", p, " at ", i, tag);
+        }
+      }
+    }
+    // Two messages to the same peer in one group arrive in call order.
+    if (n > 1) {
+      int next = (rank + 1) % n, prev = (rank - 1 + n) % n;
+      Buffer a(mem, std::vector<int32_t>(count, rank)),
+          b(mem, std::vector<int32_t>(count / 2 + 1, rank + 100));
+      Buffer ra(mem, unwritten), rb(mem, std::vector<int32_t>(count / 2 + 1, -1));
+      err = a.error() + b.error() + ra.error() + rb.error();
+      if (!err.empty()) return "ordered sends: " + err + tag;
+      ncclGroupStart();
+      ncclSend(a.data(), a.size(), ncclInt32, next, comm, mem.stream());
+      ncclSend(b.data(), b.size(), ncclInt32, next, comm, mem.stream());
+      ncclRecv(ra.data(), ra.size(), ncclInt32, prev, comm, mem.stream());
+      ncclRecv(rb.data(), rb.size(), ncclInt32, prev, comm, mem.stream());
+      err = done(ncclGroupEnd(), "ordered sends");
+      if (err.empty()) err = ra.download(&got);
+      if (!err.empty()) return err + tag;
+      for (int32_t v : got) {
+        if (v != prev) return "ordered sends: first message" + tag;
+      }
+      err = rb.download(&got);
+      if (!err.empty()) return err + tag;
+      for (int32_t v : got) {
+        if (v != prev + 100) return "ordered sends: second message" + tag;
+      }
+    }
+    // All-to-all.
+    {
+      std::vector<int32_t> h(count * n);
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) h[p * count + i] = val(rank, p, i);
+      }
+      Buffer in(mem, h), out(mem, std::vector<int32_t>(count * n, -1));
+      err = in.error() + out.error();
+      if (err.empty())
+        err = done(ncclAlltoAll(in.data(), out.data(), count, ncclInt32, comm, mem.stream()), "alltoall");
+      if (err.empty()) err = out.download(&got);
+      if (!err.empty()) return err + tag;
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) {
+          if (got[p * count + i] != val(p, rank, i)) return strCat("alltoall from ", p, " at ", i, tag);
+        }
+      }
+      // In place (as nccl-tests runs it): Braid stages the outgoing blocks.
+      err =
+          done(ncclAlltoAll(in.data(), in.data(), count, ncclInt32, comm, mem.stream()), "in-place alltoall");
+      if (err.empty()) err = in.download(&got);
+      if (!err.empty()) return err + tag;
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) {
+          if (got[p * count + i] != val(p, rank, i))
+            return strCat("in-place alltoall from ", p, " at ", i, tag);
+        }
+      }
+    }
+    // All-to-allv, uneven: rank r sends (r + p) % 3 * count / 2 elements to p.
+    // The counts and displacements are host arrays (RCCL's API).
+    {
+      auto cnt = [&](int from, int to) { return static_cast<size_t>((from + to) % 3) * count / 2; };
+      std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+      size_t stotal = 0, rtotal = 0;
+      for (int p = 0; p < n; ++p) {
+        sc[p] = cnt(rank, p);
+        sd[p] = stotal;
+        stotal += sc[p];
+        rc[p] = cnt(p, rank);
+        rd[p] = rtotal;
+        rtotal += rc[p];
+      }
+      std::vector<int32_t> h(stotal + 1);
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < sc[p]; ++i) h[sd[p] + i] = val(rank, p, i);
+      }
+      Buffer in(mem, h), out(mem, std::vector<int32_t>(rtotal + 1, -1));
+      err = in.error() + out.error();
+      if (err.empty()) {
+        err = done(ncclAllToAllv(in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(), ncclInt32,
+                                 comm, mem.stream()),
+                   "alltoallv");
+      }
+      if (err.empty()) err = out.download(&got);
+      if (!err.empty()) return err + tag;
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < rc[p]; ++i) {
+          if (got[rd[p] + i] != val(p, rank, i)) return strCat("alltoallv from ", p, " at ", i, tag);
+        }
+      }
+    }
+    // Gather and scatter at every root.
+    for (int root = 0; root < n; ++root) {
+      std::vector<int32_t> h(count);
+      for (size_t i = 0; i < count; ++i) h[i] = val(rank, root, i);
+      Buffer mine(mem, h), all(mem, std::vector<int32_t>(count * n, -1));
+      err = mine.error() + all.error();
+      if (err.empty()) {
+        err = done(ncclGather(mine.data(), all.data(), count, ncclInt32, root, comm, mem.stream()), "gather");
+      }
+      if (err.empty() && rank == root) err = all.download(&got);
+      if (!err.empty()) return err + tag;
+      if (rank == root) {
+        for (int p = 0; p < n; ++p) {
+          for (size_t i = 0; i < count; ++i) {
+            if (got[p * count + i] != val(p, root, i)) return strCat("gather root ", root, " from ", p, tag);
+          }
+        }
+      }
+      std::vector<int32_t> hs(count * n);
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) hs[p * count + i] = val(root, p, i);
+      }
+      Buffer src(mem, hs), dst(mem, unwritten);
+      err = src.error() + dst.error();
+      if (err.empty()) {
+        err =
+            done(ncclScatter(src.data(), dst.data(), count, ncclInt32, root, comm, mem.stream()), "scatter");
+      }
+      if (err.empty()) err = dst.download(&got);
+      if (!err.empty()) return err + tag;
+      for (size_t i = 0; i < count; ++i) {
+        if (got[i] != val(root, rank, i)) return strCat("scatter root ", root, " at ", i, tag);
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace braid::test

@@ -6,11 +6,16 @@
 // reference. The inputs are chosen so that every partial result is exact in
 // every type (sums of small integers, products of powers of two), so results
 // are compared exactly whatever the reduction order.
+//
+// Buffers live in a SweepMemory (sweep_memory.h): host memory and the null
+// stream unless the caller passes another (tests/gpu/ passes device memory
+// and its stream). Results are read only after memory.synchronize().
 #pragma once
 
 #include <string>
 
 #include "nccl.h"
+#include "sweep_memory.h"
 
 namespace braid::test {
 
@@ -25,8 +30,11 @@ SweepCounts sweepCountsFromEnv();
 // Runs the sweep on `comm`, an initialized communicator in which this process
 // is rank `rank` of `nranks`; the reference is computed with those. Every
 // rank of `comm` must call it with the same `counts`. Returns "" on success,
-// else the failures (bounded in length). Leaves `comm` alive.
-std::string collSweep(ncclComm_t comm, int rank, int nranks, SweepCounts counts);
+// else the failures (bounded in length). Leaves `comm` alive. The buffers,
+// and the PreMulSum scalar passed by pointer (ncclScalarDevice), are in
+// `memory`; every collective runs on memory.stream().
+std::string collSweep(ncclComm_t comm, int rank, int nranks, SweepCounts counts,
+                      SweepMemory& memory = hostMemory());
 
 // Team shapes made from a parent communicator by ncclCommSplit.
 enum class SplitShape {
@@ -40,7 +48,18 @@ const char* splitShapeName(SplitShape shape);  // "Reversed", ...: usable in tes
 // splits `parent` into `shape`, checks the new rank and size
 // (ncclCommUserRank, ncclCommCount), runs collSweep on the new communicator
 // with the new rank and size, and destroys it (aborts it after a failure).
-// Returns "" on success. Leaves `parent` alive.
-std::string splitSweep(ncclComm_t parent, int rank, int nranks, SplitShape shape, SweepCounts counts);
+// Returns "" on success. Leaves `parent` alive. The new communicator uses
+// the parent's device; the sweep's buffers are in `memory`.
+std::string splitSweep(ncclComm_t parent, int rank, int nranks, SplitShape shape, SweepCounts counts,
+                       SweepMemory& memory = hostMemory());
+
+// Point-to-point and the collectives made of it, on `comm` (this process is
+// `rank` of `nranks`; every rank calls it), int32 data, counts 0, 1, 1001
+// and 300000: every rank sends to every rank (itself included) and receives
+// from each in one group; two messages to one peer in one group arrive in
+// call order; all-to-all out of place and in place; uneven all-to-allv;
+// gather and scatter at every root. Returns "" on success, else the first
+// failure. Leaves `comm` alive.
+std::string p2pSweep(ncclComm_t comm, int rank, int nranks, SweepMemory& memory = hostMemory());
 
 }  // namespace braid::test

@@ -57,7 +57,9 @@ struct AlgoCase {
   std::vector<std::string> env;
   bool full;  // full counts (else quick: 0, 1, 7, 4099)
 };
-void PrintTo(const AlgoCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const AlgoCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class CollAlgos : public ::testing::TestWithParam<AlgoCase> {};
 
@@ -113,125 +115,13 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollSplit,
 namespace braid::test {
 namespace {
 
-// Sends, receives and the collectives made of them.
+// Sends, receives and the collectives made of them (p2pSweep, coll_sweep.cc).
 std::string p2pChecks(const ncclUniqueId& id, int rank, int n) {
   ncclComm_t comm = nullptr;
   std::string err = check(ncclCommInitRank(&comm, n, id, rank), "init");
   if (!err.empty()) return err;
-  auto val = [](int from, int to, size_t i) { return static_cast<int32_t>(from * 1000003 + to * 7919 + i); };
-  for (size_t count : {size_t(0), size_t(1), size_t(1001), size_t(300000)}) {
-    std::string tag = strCat(" count ", count);
-    // Every rank sends to every rank (itself included) in one group, and
-    // both directions of each pair at once: large messages must not deadlock.
-    {
-      std::vector<std::vector<int32_t>> out(n), in(n);
-      ncclGroupStart();
-      for (int p = 0; p < n; ++p) {
-        out[p].resize(count);
-        in[p].assign(count, -1);
-        for (size_t i = 0; i < count; ++i) out[p][i] = val(rank, p, i);
-        ncclSend(out[p].data(), count, ncclInt32, p, comm, nullptr);
-        ncclRecv(in[p].data(), count, ncclInt32, p, comm, nullptr);
-      }
-      err = check(ncclGroupEnd(), "send/recv group");
-      if (!err.empty()) return err + tag;
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < count; ++i) {
-          if (in[p][i] != val(p, rank, i)) return strCat("send/recv from ", p, " at ", i, tag);
-        }
-      }
-    }
-    // Two messages to the same peer in one group arrive in call order.
-    if (n > 1) {
-      int next = (rank + 1) % n, prev = (rank - 1 + n) % n;
-      std::vector<int32_t> a(count, rank), b(count / 2 + 1, rank + 100), ra(count, -1), rb(count / 2 + 1, -1);
-      ncclGroupStart();
-      ncclSend(a.data(), a.size(), ncclInt32, next, comm, nullptr);
-      ncclSend(b.data(), b.size(), ncclInt32, next, comm, nullptr);
-      ncclRecv(ra.data(), ra.size(), ncclInt32, prev, comm, nullptr);
-      ncclRecv(rb.data(), rb.size(), ncclInt32, prev, comm, nullptr);
-      err = check(ncclGroupEnd(), "ordered sends");
-      if (!err.empty()) return err + tag;
-      for (int32_t v : ra) {
-        if (v != prev) return "ordered sends: first message" + tag;
-      }
-      for (int32_t v : rb) {
-        if (v != prev + 100) return "ordered sends: second message" + tag;
-      }
-    }
-    // All-to-all.
-    {
-      std::vector<int32_t> in(count * n), out(count * n, -1);
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < count; ++i) in[p * count + i] = val(rank, p, i);
-      }
-      err = check(ncclAlltoAll(in.data(), out.data(), count, ncclInt32, comm, nullptr), "alltoall");
-      if (!err.empty()) return err + tag;
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < count; ++i) {
-          if (out[p * count + i] != val(p, rank, i)) return strCat("alltoall from ", p, " at ", i, tag);
-        }
-      }
-      // In place (as nccl-tests runs it): Braid stages the outgoing blocks.
-      err = check(ncclAlltoAll(in.data(), in.data(), count, ncclInt32, comm, nullptr), "in-place alltoall");
-      if (!err.empty()) return err + tag;
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < count; ++i) {
-          if (in[p * count + i] != val(p, rank, i)) return strCat("in-place alltoall from ", p, " at ", i, tag);
-        }
-      }
-    }
-    // All-to-allv, uneven: rank r sends (r + p) % 3 * count / 2 elements to p.
-    {
-      auto cnt = [&](int from, int to) { return static_cast<size_t>((from + to) % 3) * count / 2; };
-      std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
-      size_t stotal = 0, rtotal = 0;
-      for (int p = 0; p < n; ++p) {
-        sc[p] = cnt(rank, p);
-        sd[p] = stotal;
-        stotal += sc[p];
-        rc[p] = cnt(p, rank);
-        rd[p] = rtotal;
-        rtotal += rc[p];
-      }
-      std::vector<int32_t> in(stotal + 1), out(rtotal + 1, -1);
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < sc[p]; ++i) in[sd[p] + i] = val(rank, p, i);
-      }
-      err = check(ncclAllToAllv(in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(), ncclInt32,
-                                comm, nullptr),
-                  "alltoallv");
-      if (!err.empty()) return err + tag;
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < rc[p]; ++i) {
-          if (out[rd[p] + i] != val(p, rank, i)) return strCat("alltoallv from ", p, " at ", i, tag);
-        }
-      }
-    }
-    // Gather and scatter at every root.
-    for (int root = 0; root < n; ++root) {
-      std::vector<int32_t> mine(count), all(count * n, -1);
-      for (size_t i = 0; i < count; ++i) mine[i] = val(rank, root, i);
-      err = check(ncclGather(mine.data(), all.data(), count, ncclInt32, root, comm, nullptr), "gather");
-      if (!err.empty()) return err + tag;
-      if (rank == root) {
-        for (int p = 0; p < n; ++p) {
-          for (size_t i = 0; i < count; ++i) {
-            if (all[p * count + i] != val(p, root, i)) return strCat("gather root ", root, " from ", p, tag);
-          }
-        }
-      }
-      std::vector<int32_t> src(count * n), got(count, -1);
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < count; ++i) src[p * count + i] = val(root, p, i);
-      }
-      err = check(ncclScatter(src.data(), got.data(), count, ncclInt32, root, comm, nullptr), "scatter");
-      if (!err.empty()) return err + tag;
-      for (size_t i = 0; i < count; ++i) {
-        if (got[i] != val(root, rank, i)) return strCat("scatter root ", root, " at ", i, tag);
-      }
-    }
-  }
+  err = p2pSweep(comm, rank, n);
+  if (!err.empty()) return err;
   return check(ncclCommDestroy(comm), "destroy");
 }
 
