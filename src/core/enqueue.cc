@@ -267,12 +267,13 @@ size_t tuneBytes(const CollArgs& a, int nranks) {
 }
 
 Status runNow(Communicator* comm, const CollArgs& a) {
+  // Comparing across ranks blocks on them (see groupMustNotBlock).
+  const bool check = paramCheckColl.get() && comm->nranks() > 1;
+  if (check && groupMustNotBlock()) return groupWouldBlock();
   Plan plan;
-  plan.seq = comm->nextCollectiveSeq();
   LogRankScope scope(comm->rank());
   const bool gpu = comm->backend() == Backend::Gpu;
   Status s = [&]() -> Status {
-    if (paramCheckColl.get() && comm->nranks() > 1) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
     // On GPUs a device-resident PreMulSum scalar is read by the kernel.
     BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar, /*leavePointer=*/gpu));
     TuneInput in{a.type,
@@ -288,25 +289,28 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));
     plan.choice.nChannels = static_cast<int>(std::max<size_t>(
         1, std::min<size_t>(static_cast<size_t>(plan.choice.nChannels), (a.count + align - 1) / align)));
+    GpuEngine* engine = nullptr;
+    if (gpu) {
+      BRAID_CHECK(comm->gpuEngine(&engine));
+      plan.choice.chunkBytes = static_cast<size_t>(paramChunkSize.get());
+      if (groupMustNotBlock() && !engine->ready(a, plan.choice)) return groupWouldBlock();
+    }
+    plan.seq = comm->nextCollectiveSeq();
+    if (check) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
     BRAID_INFO(kLogColl,
                "%s #%llu count %zu datatype %d op %d root %d: %s/%s, %d channel%s (estimated %.1f us)%s%s",
                a.name, static_cast<unsigned long long>(plan.seq), a.count, static_cast<int>(a.datatype),
                static_cast<int>(a.op), a.root, algoName(plan.choice.algo), protocolName(plan.choice.proto),
                plan.choice.nChannels, plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
                plan.choice.note.empty() ? "" : "; ", plan.choice.note.c_str());
-    if (gpu) {
-      GpuEngine* engine = nullptr;
-      BRAID_CHECK(comm->gpuEngine(&engine));
-      plan.choice.chunkBytes = static_cast<size_t>(paramChunkSize.get());
-      return engine->collective(a, plan.choice, plan.scalar);
-    }
+    if (gpu) return engine->collective(a, plan.choice, plan.scalar);
     if (comm->nranks() > 1) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
       if (plan.choice.algo == Algo::Direct) BRAID_CHECK(comm->ensureDirect());
     }
     return dispatch(comm, a, plan);
   }();
-  if (!s.ok()) comm->setAsyncError(s);  // the communicator is unusable now: say so to every caller
+  if (!s.ok() && !isGroupWouldBlock(s)) comm->setAsyncError(s);  // the communicator is unusable now
   return s;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/comm.h"
 #include "core/enqueue.h"
+#include "core/group.h"
 #include "core/p2p.h"
 #include "core/redops.h"
 #include "exec/device/launch.h"
@@ -59,6 +60,8 @@ class GpuEngineImpl final : public GpuEngine {
   Status init();
 
   Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) override;
+  bool ready(const CollArgs& a, const TuneChoice& choice) const override;
+  bool ready(const std::vector<P2pOp>& ops) const override;
   Status p2p(const std::vector<P2pOp>& ops, void* stream) override;
   Status stage(const void* src, size_t bytes, void* stream, const void** out) override;
   void abort() override {
@@ -77,6 +80,16 @@ class GpuEngineImpl final : public GpuEngine {
     std::unique_ptr<TreeEnds> tree;
   };
 
+  // The kernel's algorithm and channel count for a collective.
+  void plan(const CollArgs& a, const TuneChoice& choice, device::DevAlgo* algo, int* nch) const;
+  bool peersConnected(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) const;
+  // A group's sends and receives: the peers each way and the peer channels they use.
+  struct P2pNeeds {
+    std::vector<int> sendPeers, recvPeers;
+    int channels = 1;
+  };
+  P2pNeeds p2pNeeds(const std::vector<P2pOp>& ops) const;
+  int p2pChannelsFor(size_t bytes) const;
   Status ensureRing(int n);
   Status ensureTree(int n);
   // Peer connectors of channels 0..n-1 to `sendPeers` / from `recvPeers`.
@@ -306,6 +319,74 @@ Status GpuEngineImpl::deviceStatus() const {
                      " (step ", s.step, "); that rank may have died or be stuck");
 }
 
+void GpuEngineImpl::plan(const CollArgs& a, const TuneChoice& choice, device::DevAlgo* algo, int* nch) const {
+  *nch = std::max(1, std::min(choice.nChannels, kDevMaxChannels));
+  if (comm_->nranks() == 1 || choice.algo == Algo::Direct) {
+    *algo = device::DevAlgo::Direct;  // alone: a copy (through PreMulSum's scaling)
+    *nch = std::min(*nch, kPeerChannels);
+  } else {
+    *algo = choice.algo == Algo::Tree ? device::DevAlgo::Tree : device::DevAlgo::Ring;
+  }
+  (void)a;
+}
+
+bool GpuEngineImpl::peersConnected(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) const {
+  const int nr = comm_->nranks();
+  for (int c = 0; c < n; ++c) {
+    for (int p : sendPeers)
+      if (peerSendEnds_.count(c * nr + p) == 0) return false;
+    for (int p : recvPeers)
+      if (peerRecvEnds_.count(c * nr + p) == 0) return false;
+  }
+  return true;
+}
+
+bool GpuEngineImpl::ready(const CollArgs& a, const TuneChoice& choice) const {
+  device::DevAlgo algo;
+  int nch = 1;
+  plan(a, choice, &algo, &nch);
+  if (comm_->nranks() == 1) return true;
+  switch (algo) {
+    case device::DevAlgo::Ring: return nch <= ringConnected_;
+    case device::DevAlgo::Tree: return nch <= treeConnected_;
+    default: {
+      std::vector<int> all;
+      for (int p = 0; p < comm_->nranks(); ++p)
+        if (p != comm_->rank()) all.push_back(p);
+      return peersConnected(nch, all, all);
+    }
+  }
+}
+
+bool GpuEngineImpl::ready(const std::vector<P2pOp>& ops) const {
+  P2pNeeds needs = p2pNeeds(ops);
+  return peersConnected(needs.channels, needs.sendPeers, needs.recvPeers);
+}
+
+int GpuEngineImpl::p2pChannelsFor(size_t bytes) const {
+  // As many as the bytes want, bounded so that a rank's links to every peer
+  // both ways fit in one launch. A function of the size and the rank count
+  // only, so both ends cut a message alike.
+  const int perLink =
+      std::clamp(device::kDevMaxP2pBlocks / (2 * std::max(1, comm_->nranks() - 1)), 1, kPeerChannels);
+  return static_cast<int>(
+      std::clamp<size_t>((bytes + kP2pBytesPerChannel - 1) / kP2pBytesPerChannel, 1, static_cast<size_t>(perLink)));
+}
+
+GpuEngineImpl::P2pNeeds GpuEngineImpl::p2pNeeds(const std::vector<P2pOp>& ops) const {
+  P2pNeeds n;
+  for (const P2pOp& op : ops) {
+    if (op.peer == comm_->rank()) continue;
+    (op.isSend ? n.sendPeers : n.recvPeers).push_back(op.peer);
+    n.channels = std::max(n.channels, p2pChannelsFor(op.bytes));
+  }
+  for (auto* v : {&n.sendPeers, &n.recvPeers}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  return n;
+}
+
 Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) {
   BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
   BRAID_CHECK(deviceStatus());
@@ -318,7 +399,6 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   d.rank = comm_->rank();
   d.nranks = n;
   d.root = a.root;
-  d.nChannels = std::max(1, std::min(choice.nChannels, kDevMaxChannels));
   std::memcpy(&d.scalar, scalar.bytes, sizeof(d.scalar));
   d.scalarPtr = scalar.pointer;
   const bool reduces = a.type == CollType::AllReduce || a.type == CollType::ReduceScatter ||
@@ -329,26 +409,25 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   d.peerRecv = devPeerRecv_;
   d.ctx = ctx();
   d.chunkElems = choice.chunkBytes / datatypeSize(a.datatype);
-  if (n == 1) {
-    d.algo = device::DevAlgo::Direct;  // no peers: a copy (through PreMulSum's scaling)
-  } else if (choice.algo == Algo::Direct) {
-    d.algo = device::DevAlgo::Direct;
-    d.nChannels = std::min(d.nChannels, kPeerChannels);
+  int nch = 1;
+  plan(a, choice, &d.algo, &nch);
+  d.nChannels = nch;
+  if (groupMustNotBlock() && !ready(a, choice)) return groupWouldBlock();
+  if (n > 1 && d.algo == device::DevAlgo::Direct) {
     std::vector<int> all;
     for (int p = 0; p < n; ++p)
       if (p != comm_->rank()) all.push_back(p);
-    BRAID_CHECK(ensurePeers(d.nChannels, all, all));
-  } else if (choice.algo == Algo::Tree) {
-    d.algo = device::DevAlgo::Tree;
-    BRAID_CHECK(ensureTree(d.nChannels));
-  } else {
-    d.algo = device::DevAlgo::Ring;
-    BRAID_CHECK(ensureRing(d.nChannels));
+    BRAID_CHECK(ensurePeers(nch, all, all));
+  } else if (d.algo == device::DevAlgo::Tree) {
+    BRAID_CHECK(ensureTree(nch));
+  } else if (n > 1) {
+    BRAID_CHECK(ensureRing(nch));
   }
   return device::launchCollective(a.datatype, devOp(a.op), choice.proto, d, a.stream);
 }
 
 Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
+  if (groupMustNotBlock() && !ready(ops)) return groupWouldBlock();
   BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
   BRAID_CHECK(deviceStatus());
   hipStream_t s = static_cast<hipStream_t>(stream);
@@ -389,26 +468,13 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
   };
   std::map<Link, std::vector<const P2pOp*>> byLink;
   for (const P2pOp* op : remote) byLink[{op->peer, op->isSend}].push_back(op);
-  // Channels per message: as many as its bytes want, bounded so that a
-  // rank's links to every peer both ways fit in one launch. A function of
-  // the size and the rank count only, so both ends cut a message alike.
-  const int perLink =
-      std::clamp(device::kDevMaxP2pBlocks / (2 * std::max(1, comm_->nranks() - 1)), 1, kPeerChannels);
-  auto channelsFor = [&](size_t bytes) {
-    return static_cast<int>(
-        std::clamp<size_t>((bytes + kP2pBytesPerChannel - 1) / kP2pBytesPerChannel, 1, static_cast<size_t>(perLink)));
-  };
   if (byLink.size() > static_cast<size_t>(device::kDevMaxP2pBlocks)) {
     return invalidUsage("a group on one communicator sends to or receives from ", byLink.size(),
                         " peers; one GPU launch serves at most ", device::kDevMaxP2pBlocks, " in this release");
   }
-  std::vector<int> sendPeers, recvPeers;
-  int needChannels = 1;
-  for (const auto& [link, list] : byLink) {
-    (link.send ? sendPeers : recvPeers).push_back(link.peer);
-    for (const P2pOp* op : list) needChannels = std::max(needChannels, channelsFor(op->bytes));
-  }
-  BRAID_CHECK(ensurePeers(needChannels, sendPeers, recvPeers));
+  const P2pNeeds needs = p2pNeeds(ops);
+  const int needChannels = needs.channels;
+  BRAID_CHECK(ensurePeers(needChannels, needs.sendPeers, needs.recvPeers));
   DevP2pArgs args;
   args.nranks = comm_->nranks();
   args.ctx = ctx();
@@ -420,7 +486,7 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
     std::vector<std::vector<device::DevP2pSeg>> perChannel(static_cast<size_t>(needChannels));
     int used = 0;
     for (const P2pOp* op : list) {
-      const int k = channelsFor(op->bytes);
+      const int k = p2pChannelsFor(op->bytes);
       char* buf = op->isSend ? const_cast<char*>(static_cast<const char*>(op->sendBuf)) : static_cast<char*>(op->recvBuf);
       for (int c = 0; c < k; ++c) {
         uint64_t lo = 0, len = 0;

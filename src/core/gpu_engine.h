@@ -35,6 +35,10 @@ class GpuEngine {
 
   // Launches one collective on `stream` with the selector's choice.
   virtual Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) = 0;
+  // Whether `collective` / `p2p` would launch without first connecting
+  // with peers (which blocks on them): see groupMustNotBlock().
+  virtual bool ready(const CollArgs& a, const TuneChoice& choice) const = 0;
+  virtual bool ready(const std::vector<P2pOp>& ops) const = 0;
   // Launches a group's sends and receives (one communicator) on `stream`.
   virtual Status p2p(const std::vector<P2pOp>& ops, void* stream) = 0;
   // Copies `bytes` at `src` into device memory the engine owns, in stream

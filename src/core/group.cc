@@ -20,6 +20,8 @@ struct Deferred {
 };
 
 thread_local int tlsDepth = 0;
+thread_local bool tlsNoBlock = false;
+constexpr const char* kWouldBlock = "(this operation would block: it runs on a thread of its own)";
 thread_local std::vector<Deferred>* tlsOps = nullptr;
 struct PendingInit {
   std::shared_ptr<InitOutcome> outcome;
@@ -32,34 +34,58 @@ std::vector<Deferred>& ops() {
   return *tlsOps;
 }
 
-// One communicator's share of the group, in call order. The first failure is
-// reported; later operations still run so that peers are not left waiting.
-Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items) {
+// One communicator's share of the group, in call order, from items[*next].
+// The first failure is reported; later operations still run so that peers
+// are not left waiting. In no-block mode it stops at the first operation
+// that would block and leaves its index in *next (items.size() when done).
+Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items, size_t* next) {
   CommUse use;
   BRAID_CHECK(use.acquire(comm));
   Status first;
   std::vector<P2pOp> batch;
-  auto flush = [&] {
-    if (batch.empty()) return;
+  size_t batchStart = *next;
+  bool stopped = false;
+  auto flush = [&](size_t at) {
+    if (batch.empty() || stopped) return;
     Status s = runP2pBatch(comm, batch);
+    if (isGroupWouldBlock(s)) {
+      stopped = true;
+      *next = batchStart;
+      return;
+    }
     if (!s.ok()) comm->setAsyncError(s);
     if (first.ok() && !s.ok()) first = s;
     batch.clear();
+    batchStart = at;
   };
-  for (const Deferred* d : items) {
+  size_t i = *next;
+  for (; i < items.size() && !stopped; ++i) {
+    const Deferred* d = items[i];
     if (!d->collective) {
+      if (batch.empty()) batchStart = i;
       batch.push_back(d->p2p);
       continue;
     }
-    flush();
+    flush(i);
+    if (stopped) break;
     Status s = d->collective();
+    if (isGroupWouldBlock(s)) {
+      stopped = true;
+      *next = i;
+      break;
+    }
     if (first.ok() && !s.ok()) first = s;
   }
-  flush();
+  flush(items.size());
+  if (!stopped) *next = items.size();
   return first;
 }
 
 }  // namespace
+
+bool groupMustNotBlock() { return tlsNoBlock; }
+Status groupWouldBlock() { return Status(ncclInProgress, kWouldBlock); }
+bool isGroupWouldBlock(const Status& s) { return s.code() == ncclInProgress && s.message() == kWouldBlock; }
 
 void groupDeferInit(Communicator* comm, bool blocking) { tlsInits.push_back({comm->outcome(), blocking}); }
 
@@ -111,15 +137,30 @@ Status groupEnd(GroupSimulation* simulate) {
                                  : okStatus();
   if (order.size() <= 1) {
     if (order.empty()) return done;
-    BRAID_CHECK(runForComm(order[0], byComm[order[0]]));
+    size_t next = 0;
+    BRAID_CHECK(runForComm(order[0], byComm[order[0]], &next));
     return done;
   }
   // Several communicators: each progresses on its own thread, since their
-  // peers may be this very thread's other communicators.
+  // peers may be this very thread's other communicators -- except GPU
+  // launches, which never block once connected: they go first, in order,
+  // on this thread (groupMustNotBlock).
   std::vector<Status> results(order.size());
+  std::vector<size_t> next(order.size(), 0);
+  bool allGpu = true;
+  for (Communicator* c : order) allGpu &= c->backend() == Backend::Gpu;
+  if (allGpu) {
+    tlsNoBlock = true;
+    for (size_t i = 0; i < order.size(); ++i) results[i] = runForComm(order[i], byComm[order[i]], &next[i]);
+    tlsNoBlock = false;
+  }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < order.size(); ++i) {
-    threads.emplace_back([&, i] { results[i] = runForComm(order[i], byComm[order[i]]); });
+    if (next[i] >= byComm[order[i]].size()) continue;
+    threads.emplace_back([&, i] {
+      Status s = runForComm(order[i], byComm[order[i]], &next[i]);
+      if (results[i].ok()) results[i] = s;
+    });
   }
   for (std::thread& t : threads) t.join();
   for (const Status& s : results) {

@@ -37,4 +37,14 @@ void groupDeferInit(Communicator* comm, bool blocking);
 void groupDefer(Communicator* comm, std::function<Status()> op);
 void groupDeferP2p(Communicator* comm, const P2pOp& op);
 
+// One thread drives several GPU communicators at ncclGroupEnd: their
+// launches never block, so they run on the calling thread in order, with
+// this flag up. An operation that would block (it must first connect with
+// its peers over the bootstrap, or compare arguments across ranks) returns
+// groupWouldBlock() before doing anything, and that communicator's rest of
+// the group then runs on a thread of its own, as for the host backend.
+bool groupMustNotBlock();
+Status groupWouldBlock();
+bool isGroupWouldBlock(const Status& s);
+
 }  // namespace braid

@@ -244,7 +244,7 @@ class DevPrims {
 #pragma unroll
           for (int e = 0; e < kPer; ++e) acc[u].elem[e] = op_.pre(acc[u].elem[e]);
       }
-#pragma unroll
+#pragma unroll(kIn <= 2 ? kIn : 1)
       for (int k = 1; k < kIn; ++k) {
         if (k < nin) {
           Pack16<T> v[U];
@@ -260,7 +260,7 @@ class DevPrims {
             for (int e = 0; e < kPer; ++e) acc[u].elem[e] = op_(acc[u].elem[e], pk ? op_.pre(v[u].elem[e]) : v[u].elem[e]);
         }
       }
-#pragma unroll
+#pragma unroll(kOut <= 2 ? kOut : 1)
       for (int k = 0; k < kOut; ++k) {
         if (k < nout) {
 #pragma unroll
@@ -274,14 +274,14 @@ class DevPrims {
     for (uint64_t i = packs * kPer + tid; i < n; i += NT) {
       T acc = loadElem(in[0] + i);
       if (Op::kHasPre && pre[0]) acc = op_.pre(acc);
-#pragma unroll
+#pragma unroll 1
       for (int k = 1; k < kIn; ++k) {
         if (k < nin) {
           T v = loadElem(in[k] + i);
           acc = op_(acc, (Op::kHasPre && pre[k]) ? op_.pre(v) : v);
         }
       }
-#pragma unroll
+#pragma unroll 1
       for (int k = 0; k < kOut; ++k)
         if (k < nout) out[k][i] = acc;
     }
