@@ -372,14 +372,23 @@ Status searchSchedule(const TopoSystem& sys, const SearchOptions& opt, Schedule*
   if (opt.nodes < 1) return invalidArgument("node count ", opt.nodes, " must be at least 1");
   LocalRings local;
   BRAID_CHECK(localRings(sys, opt, &local));
-  if (static_cast<int>(local.rings.size()) > opt.maxChannels)
+  const size_t nNets = sys.nets.size();
+  // Across nodes every port should carry a ring: repeat the rings until they do.
+  if (opt.nodes > 1 && nNets > local.rings.size()) {
+    // Through an NVSwitch one direction suffices: the cuts then pair every
+    // port for sending with its neighbour's for receiving.
+    if (local.pattern == "nvswitch") local.rings.resize(1);
+    const size_t distinct = local.rings.size();
+    for (size_t i = distinct; i < nNets; ++i) local.rings.push_back(local.rings[i % distinct]);
+  }
+  if (static_cast<int>(local.rings.size()) > opt.maxChannels) {
     local.rings.resize(static_cast<size_t>(opt.maxChannels));
+  }
   const std::vector<double> localBw = ringBandwidths(sys, local.rings);
   out->nodes = opt.nodes;
   out->gpusPerNode = g;
   out->pattern = local.pattern;
 
-  const size_t nNets = sys.nets.size();
   std::vector<int> sendLoad(std::max<size_t>(nNets, 1), 0), recvLoad(std::max<size_t>(nNets, 1), 0);
   std::vector<Ring> chains;
   std::vector<int> enterNet;
@@ -387,15 +396,18 @@ Status searchSchedule(const TopoSystem& sys, const SearchOptions& opt, Schedule*
     const Ring& ring = local.rings[c];
     int cut = 0, net = -1, inNet = -1;
     if (opt.nodes > 1 && nNets > 0) {
-      // Leave by the least used port nearest the last GPU of the chain.
-      std::tuple<int, int, double, int> bestKey{std::numeric_limits<int>::max(), 0, 0, 0};
+      // Leave by the port nearest the chain's last GPU and enter by the one
+      // nearest its first, the least used pair first.
+      std::tuple<int, int, int, double, int> bestKey{std::numeric_limits<int>::max(), 0, 0, 0, 0};
       for (int s = 0; s < g; ++s) {
         const int exitGpu = ring[static_cast<size_t>((s - 1 + g) % g)];
         const int nearest = sys.netsByDistance(exitGpu)[0];
+        const int entering = sys.netsByDistance(ring[static_cast<size_t>(s)])[0];
         const TopoPath& p = sys.paths[static_cast<size_t>(exitGpu)]
                                      [static_cast<size_t>(sys.nets[static_cast<size_t>(nearest)])];
-        std::tuple<int, int, double, int> key{sendLoad[static_cast<size_t>(nearest)], pathRank(p.type), -p.bw,
-                                              s};
+        const int send = sendLoad[static_cast<size_t>(nearest)];
+        std::tuple<int, int, int, double, int> key{send + recvLoad[static_cast<size_t>(entering)], send,
+                                                   pathRank(p.type), -p.bw, s};
         if (key < bestKey) {
           bestKey = key;
           cut = s;

@@ -7,6 +7,7 @@
 
 #include "topology/model.h"
 #include "topology/search.h"
+#include "topology/topology.h"
 
 namespace braid {
 namespace {
@@ -199,6 +200,9 @@ TEST(TopoSearch, MultiNodeRingsLeaveThroughTheNearestNic) {
       EXPECT_LE(s.ringBw[static_cast<size_t>(c)], 50.0 + 1e-9);
     }
     EXPECT_EQ(static_cast<int>(netsUsed.size()), s.nChannels());  // spread: one NIC per channel
+    // Every one of the 8 NICs carries a ring, each at its share of the switch ports.
+    EXPECT_EQ(s.nChannels(), 8);
+    EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
   }
 }
 
@@ -218,6 +222,16 @@ TEST(TopoSearch, RankOrderScheduleMatchesTheCommunicatorsRings) {
   s.gpusPerNode = 2;
   s.nodes = 2;
   expectValidTrees(s);
+}
+
+TEST(TopoSearch, LogLinesReadAsNccls) {
+  Schedule s = rankOrderSchedule({0, 0, 0, 0}, 2);
+  std::vector<std::string> lines = scheduleLogLines(s, {0, 3});
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "Channel 00/02 : 0 1 2 3");
+  EXPECT_EQ(lines[1], "Channel 01/02 : 0 1 2 3");
+  EXPECT_EQ(lines[2], "Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1");
+  EXPECT_EQ(lines[3], "Trees [0] -1/-1/-1->3->2 [1] -1/-1/-1->3->2");
 }
 
 }  // namespace
