@@ -354,8 +354,9 @@ std::vector<TreeNodeLinks> channelTrees(const Ring& chain, int nodes, int tree) 
   for (int l = 0; l < total; ++l) nodeOf[static_cast<size_t>(l)] = l / g;
   auto gpuOf = [&](int label) { return (label / g) * g + chain[static_cast<size_t>(label % g)]; };
   std::vector<TreeNodeLinks> out(static_cast<size_t>(total));
+  const std::vector<std::array<TreeLinks, 2>> all = buildDoubleTrees(nodeOf);
   for (int l = 0; l < total; ++l) {
-    const TreeLinks t = buildDoubleTree(nodeOf, l)[static_cast<size_t>(tree)];
+    const TreeLinks& t = all[static_cast<size_t>(l)][static_cast<size_t>(tree)];
     TreeNodeLinks& links = out[static_cast<size_t>(gpuOf(l))];
     links.parent = t.up < 0 ? -1 : gpuOf(t.up);
     for (int i = 0; i < t.ndown; ++i) links.children.push_back(gpuOf(t.down[i]));
@@ -464,8 +465,7 @@ Schedule rankOrderSchedule(const std::vector<int>& nodeOf, int nChannels) {
   for (int node : nodeOf) s.nodes = std::max(s.nodes, node + 1);
   std::vector<int> ring(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) ring[static_cast<size_t>(r)] = r;
-  std::vector<std::array<TreeLinks, 2>> links;
-  for (int r = 0; r < n; ++r) links.push_back(buildDoubleTree(nodeOf, r));
+  const std::vector<std::array<TreeLinks, 2>> links = buildDoubleTrees(nodeOf);
   for (int c = 0; c < nChannels; ++c) {
     s.rings.push_back(ring);
     s.ringNet.push_back(-1);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <string>
 
@@ -222,6 +223,49 @@ TEST(TopoSearch, RankOrderScheduleMatchesTheCommunicatorsRings) {
   s.gpusPerNode = 2;
   s.nodes = 2;
   expectValidTrees(s);
+}
+
+// DESIGN goal: < 50 ms for one 8-GPU node, < 2 s for 1,024 nodes x 8 GPUs
+// (sanitizer builds get 20 times more).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kSlowdown = 20;
+#else
+constexpr double kSlowdown = 1;
+#endif
+TEST(TopoSearch, SearchTime) {
+  for (const char* f : {"mi300x.xml", "dgx_h100.xml", "mi250_8gcd.xml"}) {
+    TopoSystem sys = load(f);
+    for (int nodes : {1, 1024}) {
+      const auto start = std::chrono::steady_clock::now();
+      Schedule s = search(sys, nodes);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%s x %d nodes: %d channels in %.1f ms\n", f, nodes, s.nChannels(), ms);
+      EXPECT_LT(ms, (nodes == 1 ? 50.0 : 2000.0) * kSlowdown) << f;
+    }
+  }
+}
+
+TEST(TopoTrees, AllAtOnceEqualsOneByOne) {
+  for (const std::vector<int>& nodeOf : std::vector<std::vector<int>>{{0},
+                                                                      {0, 0, 0},
+                                                                      {0, 1},
+                                                                      {0, 0, 1, 1, 2, 2},
+                                                                      {1, 0, 1, 0, 2},
+                                                                      {0, 1, 2, 3, 4, 5, 6},
+                                                                      {3, 3, 2, 1, 0, 0}}) {
+    const auto all = buildDoubleTrees(nodeOf);
+    for (int r = 0; r < static_cast<int>(nodeOf.size()); ++r) {
+      const auto one = buildDoubleTree(nodeOf, r);
+      for (int t = 0; t < 2; ++t) {
+        const TreeLinks& a = all[static_cast<size_t>(r)][static_cast<size_t>(t)];
+        const TreeLinks& b = one[static_cast<size_t>(t)];
+        EXPECT_EQ(a.up, b.up) << r;
+        ASSERT_EQ(a.ndown, b.ndown) << r;
+        for (int i = 0; i < a.ndown; ++i) EXPECT_EQ(a.down[i], b.down[i]) << r;
+      }
+    }
+  }
 }
 
 TEST(TopoSearch, LogLinesReadAsNccls) {
