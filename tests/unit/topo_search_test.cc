@@ -101,6 +101,16 @@ TEST(TopoSearch, H200PairRingsOverNvLink) {
   EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
 }
 
+// NCCL 2.28.9 on the lab machine: "Channel 00/24 : 0 1" ... all 24 alike.
+TEST(TopoSearch, LabH200AsNcclSawIt) {
+  TopoSystem sys = load("h200_lab_nccl_dump.xml");
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  for (const auto& ring : s.rings) EXPECT_EQ(ringText(ring), "0 1");
+  EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
+}
+
 TEST(TopoSearch, DgxH100AnyOrderThroughTheSwitch) {
   TopoSystem sys = load("dgx_h100.xml");
   Schedule s = search(sys);

@@ -127,7 +127,7 @@ TEST_P(TopoFixture, RoundTripKeepsTheDocumentAndTheGraph) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TopoFixture,
                          ::testing::Values("h200_nv18_vm.xml", "dgx_h100.xml", "mi250_8gcd.xml", "mi300x.xml",
-                                           "pcie_2socket.xml"));
+                                           "pcie_2socket.xml", "h200_lab_nccl_dump.xml"));
 
 TEST(TopoModel, H200PairIsOneNvLinkBundleInAFlatVm) {
   TopoSystem sys;
@@ -141,6 +141,24 @@ TEST(TopoModel, H200PairIsOneNvLinkBundleInAFlatVm) {
   EXPECT_NEAR(p.bw, 18 * 20.6, 1e-9);
   ASSERT_EQ(sys.nets.size(), 1u);
   EXPECT_EQ(sys.paths[0][static_cast<size_t>(sys.nets[0])].type, PathType::Phb);
+}
+
+// NCCL 2.28.9's own dump of the lab machine: the NVLinks go to an NVSwitch
+// the VM hides, the CPU has numaid -1, the NIC has no PCI element.
+TEST(TopoModel, ReadsNcclsDumpOfTheLabMachine) {
+  TopoSystem sys;
+  Status s = topoLoadFile(fixture("h200_lab_nccl_dump.xml"), &sys);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(sys.nGpus(), 2);
+  EXPECT_TRUE(sys.flat);
+  ASSERT_GE(sys.nvswitch, 0);
+  EXPECT_EQ(sys.gpu(1).busId, "0000:00:07.0");
+  const TopoPath& p = sys.gpuPath(0, 1);
+  EXPECT_EQ(p.type, PathType::Nvl);
+  EXPECT_EQ(p.nodes.size(), 3u);
+  EXPECT_NEAR(p.bw, 18 * 20.6, 1e-9);
+  ASSERT_EQ(sys.nets.size(), 1u);
+  EXPECT_NEAR(sys.nodes[static_cast<size_t>(sys.nets[0])].netGBs, 1.25, 1e-9);
 }
 
 TEST(TopoModel, DgxH100GoesThroughOneNvSwitchAndEachGpuHasItsNic) {
