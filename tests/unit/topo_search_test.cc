@@ -170,6 +170,44 @@ TEST(TopoSearch, PcieRingsCrossTheSocketsAsLittleAsPossible) {
   EXPECT_LT(bad.ringBw[0], s.ringBw[0]);
 }
 
+TEST(TopoSearch, Mi100RingFollowsTheBridge) {
+  TopoSystem sys = load("mi100_xgmi_ring.xml");
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  expectDirectFastHops(sys, s, PathType::Xgmi);
+  ASSERT_EQ(s.nChannels(), 2);  // the one cycle, both ways
+  EXPECT_NEAR(s.ringBusBw, 2 * 46.0, 1e-6);
+}
+
+TEST(TopoSearch, FlatVmIsRecognisedAndStillGetsRings) {
+  TopoSystem sys = load("flat_vm_4gpu.xml");
+  EXPECT_TRUE(sys.flat);
+  EXPECT_EQ(sys.gpuPath(0, 3).type, PathType::Phb);
+  Schedule s = search(sys);
+  EXPECT_EQ(s.pattern, "pci");
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  EXPECT_GT(s.ringBusBw, 0);
+}
+
+TEST(TopoSearch, EightPcieGpusCrossSocketsTwiceAndHostBridgesFourTimes) {
+  TopoSystem sys = load("pcie_2socket_8gpu.xml");
+  EXPECT_FALSE(sys.flat);
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  for (const auto& ring : s.rings) {
+    EXPECT_EQ(sysCrossings(sys, ring), 2) << ringText(ring);
+    int phbOrWorse = 0;
+    for (size_t i = 0; i < ring.size(); ++i) {
+      phbOrWorse +=
+          pathRank(sys.gpuPath(ring[i], ring[(i + 1) % ring.size()]).type) >= pathRank(PathType::Phb);
+    }
+    EXPECT_EQ(phbOrWorse, 4) << ringText(ring);  // each of the 4 switches entered and left once
+  }
+}
+
 TEST(TopoSearch, NcclRingsOverride) {
   TopoSystem sys = load("mi300x.xml");
   Schedule s = search(sys, 1, "0 1 2 3 4 5 6 7|7 6 5 4 3 2 1 0");

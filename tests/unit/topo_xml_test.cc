@@ -127,7 +127,9 @@ TEST_P(TopoFixture, RoundTripKeepsTheDocumentAndTheGraph) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TopoFixture,
                          ::testing::Values("h200_nv18_vm.xml", "dgx_h100.xml", "mi250_8gcd.xml", "mi300x.xml",
-                                           "pcie_2socket.xml", "h200_lab_nccl_dump.xml"));
+                                           "pcie_2socket.xml", "h200_lab_nccl_dump.xml",
+                                           "mi100_xgmi_ring.xml", "flat_vm_4gpu.xml",
+                                           "pcie_2socket_8gpu.xml"));
 
 TEST(TopoModel, H200PairIsOneNvLinkBundleInAFlatVm) {
   TopoSystem sys;
