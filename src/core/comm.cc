@@ -9,6 +9,7 @@
 
 #include "bootstrap/root.h"
 #include "platform/gpu.h"
+#include "topology/topology.h"
 #include "util/log.h"
 #include "util/param.h"
 #include "util/strings.h"
@@ -249,8 +250,39 @@ Status Communicator::exchangePeerInfo() {
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
   std::vector<bool> inProcess(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) inProcess[static_cast<size_t>(r)] = sameProcess(r);
+  schedule_ = rankOrderSchedule(nodeOf, std::min(hostChannels(), kMaxChannels));
+  if (backend_ == Backend::Gpu) searchLocalTopology();
   channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), std::move(nodeOf), std::move(inProcess), p2pSlotBytes());
+  logSchedule();
   return okStatus();
+}
+
+void Communicator::searchLocalTopology() {
+  // What the topology search would run inside this node (GPU backend);
+  // also honours NCCL_TOPO_FILE and writes NCCL_TOPO_DUMP_FILE.
+  TopoSystem sys;
+  std::vector<std::string> notes;
+  SearchOptions opt;
+  opt.ringsOverride = ringsOverride();
+  Status s = localTopology(&sys, &notes);
+  if (s.ok() && sys.nGpus() > 0) s = searchSchedule(sys, opt, &topoSchedule_);
+  if (!s.ok()) BRAID_INFO(kLogGraph, "topology search skipped: %s", s.message().c_str());
+}
+
+void Communicator::logSchedule() const {
+  if (!logEnabled(LogLevel::Info, kLogInit | kLogGraph)) return;
+  for (const std::string& line : scheduleLogLines(schedule_, {rank_})) {
+    // As NCCL: rank 0 lists the channels, every rank its trees.
+    if (line.rfind("Channel", 0) == 0 && rank_ != 0) continue;
+    BRAID_INFO(kLogInit, "%s", line.c_str());
+  }
+  if (topoSchedule_.nChannels() == 0) return;
+  for (const std::string& line : scheduleLogLines(topoSchedule_, {})) {
+    if (line.rfind("Channel", 0) == 0 && rank_ == 0) {
+      BRAID_INFO(kLogGraph, "topology (%s, not yet used by channels) %s", topoSchedule_.pattern.c_str(),
+                 line.c_str());
+    }
+  }
 }
 
 Status checkPeers(const std::vector<PeerInfo>& peers, int myRank) {

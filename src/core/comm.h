@@ -32,6 +32,7 @@
 #include "core/redops.h"
 #include "exec/host/executor.h"
 #include "exec/host/host_prims.h"
+#include "topology/search.h"
 #include "transports/shm/shm_transport.h"
 #include "nccl.h"
 #include "util/status.h"
@@ -105,6 +106,10 @@ class Communicator : public StallListener {
   // collective that needs them, which every rank calls.
   Status ensureChannels(Algo algo, int n);
   ChannelSet& channels() { return *channels_; }
+  // The rings and trees the channels follow (logged at init, NCCL's format).
+  // Rings run in rank order today; on the GPU backend the topology search's
+  // schedule for this node is logged beside it, not yet wired into channels.
+  const Schedule& schedule() const { return schedule_; }
   HostExecutor& executor() { return executor_; }
   RedOpTable& redOps() { return redOps_; }
   ChoiceCache& choices() { return choices_; }
@@ -152,6 +157,9 @@ class Communicator : public StallListener {
   std::vector<PeerInfo> peers_;
   int nnodes_ = 1, localRanks_ = 1;
   std::unique_ptr<ChannelSet> channels_;
+  Schedule schedule_, topoSchedule_;
+  void searchLocalTopology();
+  void logSchedule() const;
   HostExecutor executor_;
   RedOpTable redOps_;
   ChoiceCache choices_;

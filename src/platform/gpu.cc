@@ -50,6 +50,17 @@ Status gpuDeviceInfo(int index, GpuInfo* info) {
   return okStatus();
 }
 
+Status gpuCanAccessPeer(int dev, int peer, bool* can) {
+  int value = 0;
+  hipError_t err = hipDeviceCanAccessPeer(&value, dev, peer);
+  if (err != hipSuccess) {
+    (void)hipGetLastError();
+    return gpuError("asking whether GPU ", dev, " can access GPU ", peer, ": ", hipGetErrorString(err));
+  }
+  *can = value != 0;
+  return okStatus();
+}
+
 std::string gpuRuntimeVersion() {
   int runtime = 0, driver = 0;
   if (hipRuntimeGetVersion(&runtime) != hipSuccess) runtime = 0;
@@ -85,6 +96,10 @@ Status gpuDeviceCount(int* count) {
 }
 Status gpuDeviceInfo(int index, GpuInfo* info) {
   return invalidArgument("GPU ", index, " does not exist: this is a host-only build of Braid");
+}
+Status gpuCanAccessPeer(int dev, int peer, bool* can) {
+  *can = false;
+  return invalidArgument("GPU ", dev, " or ", peer, " does not exist: this is a host-only build of Braid");
 }
 std::string gpuRuntimeVersion() { return ""; }
 Status gpuMalloc(void** ptr, size_t bytes) {

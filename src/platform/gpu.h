@@ -23,6 +23,9 @@ const char* gpuFlavorName();
 // Number of visible GPUs; 0 (and ok) when the runtime finds none or no driver.
 Status gpuDeviceCount(int* count);
 Status gpuDeviceInfo(int index, GpuInfo* info);
+// Whether GPU `dev` can map GPU `peer`'s memory (PCIe or fabric peer
+// access); false in the host flavor. The answer may differ by direction.
+Status gpuCanAccessPeer(int dev, int peer, bool* can);
 // The runtime's and driver's versions as text ("" in the host flavor).
 std::string gpuRuntimeVersion();
 

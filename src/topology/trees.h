@@ -27,6 +27,9 @@ struct TreeLinks {
 // `nodeOf[r]` is the node index (0..N-1, any order) of rank r; ranks of one
 // node keep their relative order. Returns rank `rank`'s links in trees 0 and 1.
 std::array<TreeLinks, 2> buildDoubleTree(const std::vector<int>& nodeOf, int rank);
+// The same for every rank at once (result[r] == buildDoubleTree(nodeOf, r)),
+// in time linear in the rank count.
+std::vector<std::array<TreeLinks, 2>> buildDoubleTrees(const std::vector<int>& nodeOf);
 
 // Parent of every position 0..n-1 in the balanced in-order binary tree over
 // positions (-1 for the root). Exposed for tests.

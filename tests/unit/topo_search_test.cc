@@ -1,0 +1,330 @@
+// Ring and tree search on saved machines: properties, not just strings.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <string>
+
+#include "topology/model.h"
+#include "topology/search.h"
+#include "topology/topology.h"
+
+namespace braid {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(BRAID_TOPO_FIXTURES) + "/" + name;
+}
+
+TopoSystem load(const std::string& name) {
+  TopoSystem sys;
+  Status s = topoLoadFile(fixture(name), &sys);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return sys;
+}
+
+Schedule search(const TopoSystem& sys, int nodes = 1, const std::string& rings = "") {
+  Schedule sched;
+  SearchOptions opt;
+  opt.nodes = nodes;
+  opt.ringsOverride = rings;
+  Status s = searchSchedule(sys, opt, &sched);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return sched;
+}
+
+// Every ring visits every GPU exactly once.
+void expectHamiltonian(const Schedule& s) {
+  const int n = s.nodes * s.gpusPerNode;
+  ASSERT_GT(s.nChannels(), 0);
+  for (const auto& ring : s.rings) {
+    ASSERT_EQ(static_cast<int>(ring.size()), n);
+    std::vector<int> sorted = ring;
+    std::sort(sorted.begin(), sorted.end());
+    for (int i = 0; i < n; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i) << ringText(ring);
+  }
+}
+
+// Each hop of every ring is a direct link of the fast class.
+void expectDirectFastHops(const TopoSystem& sys, const Schedule& s, PathType type) {
+  for (const auto& ring : s.rings) {
+    for (size_t i = 0; i < ring.size(); ++i) {
+      const TopoPath& p = sys.gpuPath(ring[i], ring[(i + 1) % ring.size()]);
+      EXPECT_EQ(p.type, type) << ringText(ring);
+      EXPECT_EQ(p.nodes.size(), 2u) << ringText(ring);
+    }
+  }
+}
+
+// One root per channel, parents and children agree, every GPU reaches the root.
+void expectValidTrees(const Schedule& s) {
+  const int n = s.nodes * s.gpusPerNode;
+  ASSERT_EQ(s.trees.size(), s.rings.size());
+  for (const auto& tree : s.trees) {
+    ASSERT_EQ(static_cast<int>(tree.size()), n);
+    int roots = 0;
+    for (int g = 0; g < n; ++g) {
+      const TreeNodeLinks& t = tree[static_cast<size_t>(g)];
+      if (t.parent < 0) ++roots;
+      for (int c : t.children) EXPECT_EQ(tree[static_cast<size_t>(c)].parent, g);
+      if (t.parent >= 0) {
+        const auto& siblings = tree[static_cast<size_t>(t.parent)].children;
+        EXPECT_NE(std::find(siblings.begin(), siblings.end(), g), siblings.end());
+      }
+      int at = g, steps = 0;
+      while (tree[static_cast<size_t>(at)].parent >= 0 && steps <= n) {
+        at = tree[static_cast<size_t>(at)].parent;
+        ++steps;
+      }
+      EXPECT_LE(steps, n - 1) << "cycle in the tree";
+    }
+    EXPECT_EQ(roots, 1);
+  }
+}
+
+int sysCrossings(const TopoSystem& sys, const std::vector<int>& ring) {
+  int n = 0;
+  for (size_t i = 0; i < ring.size(); ++i)
+    n += sys.gpuPath(ring[i], ring[(i + 1) % ring.size()]).type == PathType::Sys;
+  return n;
+}
+
+TEST(TopoSearch, H200PairRingsOverNvLink) {
+  TopoSystem sys = load("h200_nv18_vm.xml");
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  expectDirectFastHops(sys, s, PathType::Nvl);
+  EXPECT_EQ(s.nChannels(), 2);
+  // Two channels share the 18 links: together they get all of them.
+  EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
+}
+
+// NCCL 2.28.9 on the lab machine: "Channel 00/24 : 0 1" ... all 24 alike.
+TEST(TopoSearch, LabH200AsNcclSawIt) {
+  TopoSystem sys = load("h200_lab_nccl_dump.xml");
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  for (const auto& ring : s.rings) EXPECT_EQ(ringText(ring), "0 1");
+  EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
+}
+
+TEST(TopoSearch, DgxH100AnyOrderThroughTheSwitch) {
+  TopoSystem sys = load("dgx_h100.xml");
+  Schedule s = search(sys);
+  EXPECT_EQ(s.pattern, "nvswitch");
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  for (const auto& ring : s.rings) {
+    for (size_t i = 0; i < ring.size(); ++i) {
+      EXPECT_EQ(sys.gpuPath(ring[i], ring[(i + 1) % ring.size()]).type, PathType::Nvl);
+    }
+  }
+  EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
+}
+
+TEST(TopoSearch, Mi250RingsAreHamiltonianOverXgmiOnly) {
+  TopoSystem sys = load("mi250_8gcd.xml");
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  expectDirectFastHops(sys, s, PathType::Xgmi);
+  // The widest cycle uses the 4- and 2-link bundles only: 100 GB/s per ring and direction.
+  EXPECT_NEAR(s.ringBw[0], 100.0, 1e-6);
+  EXPECT_GE(s.nChannels(), 2);
+}
+
+TEST(TopoSearch, Mi300xRingsAreEdgeDisjoint) {
+  TopoSystem sys = load("mi300x.xml");
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  expectDirectFastHops(sys, s, PathType::Xgmi);
+  // K8 holds 3 edge-disjoint Hamiltonian cycles; each runs both ways.
+  ASSERT_EQ(s.nChannels(), 6);
+  std::set<std::pair<int, int>> directed, undirected;
+  for (const auto& ring : s.rings) {
+    for (size_t i = 0; i < ring.size(); ++i) {
+      const int a = ring[i], b = ring[(i + 1) % ring.size()];
+      EXPECT_TRUE(directed.insert({a, b}).second) << "directed link " << a << "->" << b << " used twice";
+      undirected.insert({std::min(a, b), std::max(a, b)});
+    }
+  }
+  EXPECT_EQ(undirected.size(), 24u);  // 24 of the 28 links carry traffic
+  for (double bw : s.ringBw) EXPECT_NEAR(bw, 64.0, 1e-6);
+  EXPECT_NEAR(s.ringBusBw, 6 * 64.0, 1e-6);
+}
+
+TEST(TopoSearch, PcieRingsCrossTheSocketsAsLittleAsPossible) {
+  TopoSystem sys = load("pcie_2socket.xml");
+  Schedule s = search(sys);
+  EXPECT_EQ(s.pattern, "pci");
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  for (const auto& ring : s.rings) EXPECT_EQ(sysCrossings(sys, ring), 2) << ringText(ring);
+  // A ring that zig-zags between the sockets crosses four times and is slower.
+  Schedule bad = search(sys, 1, "0 2 1 3|3 1 2 0");
+  EXPECT_EQ(sysCrossings(sys, bad.rings[0]), 4);
+  EXPECT_LT(bad.ringBw[0], s.ringBw[0]);
+}
+
+TEST(TopoSearch, Mi100RingFollowsTheBridge) {
+  TopoSystem sys = load("mi100_xgmi_ring.xml");
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  expectDirectFastHops(sys, s, PathType::Xgmi);
+  ASSERT_EQ(s.nChannels(), 2);  // the one cycle, both ways
+  EXPECT_NEAR(s.ringBusBw, 2 * 46.0, 1e-6);
+}
+
+TEST(TopoSearch, FlatVmIsRecognisedAndStillGetsRings) {
+  TopoSystem sys = load("flat_vm_4gpu.xml");
+  EXPECT_TRUE(sys.flat);
+  EXPECT_EQ(sys.gpuPath(0, 3).type, PathType::Phb);
+  Schedule s = search(sys);
+  EXPECT_EQ(s.pattern, "pci");
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  EXPECT_GT(s.ringBusBw, 0);
+}
+
+TEST(TopoSearch, EightPcieGpusCrossSocketsTwiceAndHostBridgesFourTimes) {
+  TopoSystem sys = load("pcie_2socket_8gpu.xml");
+  EXPECT_FALSE(sys.flat);
+  Schedule s = search(sys);
+  expectHamiltonian(s);
+  expectValidTrees(s);
+  for (const auto& ring : s.rings) {
+    EXPECT_EQ(sysCrossings(sys, ring), 2) << ringText(ring);
+    int phbOrWorse = 0;
+    for (size_t i = 0; i < ring.size(); ++i) {
+      phbOrWorse +=
+          pathRank(sys.gpuPath(ring[i], ring[(i + 1) % ring.size()]).type) >= pathRank(PathType::Phb);
+    }
+    EXPECT_EQ(phbOrWorse, 4) << ringText(ring);  // each of the 4 switches entered and left once
+  }
+}
+
+TEST(TopoSearch, NcclRingsOverride) {
+  TopoSystem sys = load("mi300x.xml");
+  Schedule s = search(sys, 1, "0 1 2 3 4 5 6 7|7 6 5 4 3 2 1 0");
+  EXPECT_EQ(s.pattern, "NCCL_RINGS");
+  ASSERT_EQ(s.nChannels(), 2);
+  EXPECT_EQ(ringText(s.rings[0]), "0 1 2 3 4 5 6 7");
+  EXPECT_EQ(ringText(s.rings[1]), "7 6 5 4 3 2 1 0");
+
+  std::vector<std::vector<int>> rings;
+  EXPECT_TRUE(parseRings("0,1,2,3 | 3-2-1-0", 4, &rings).ok());
+  ASSERT_EQ(rings.size(), 2u);
+  EXPECT_EQ(rings[1], (std::vector<int>{3, 2, 1, 0}));
+  Status dup = parseRings("0 1 1 3", 4, &rings);
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.message().find("must list each GPU 0..3 once"), std::string::npos) << dup.message();
+  Status range = parseRings("0 1 2 9", 4, &rings);
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.message().find("'9' is not a GPU index"), std::string::npos) << range.message();
+  EXPECT_FALSE(parseRings("0 1 x 3", 4, &rings).ok());
+  EXPECT_FALSE(parseRings("|", 4, &rings).ok());
+}
+
+TEST(TopoSearch, MultiNodeRingsLeaveThroughTheNearestNic) {
+  TopoSystem sys = load("dgx_h100.xml");
+  for (int nodes : {2, 16, 128}) {
+    Schedule s = search(sys, nodes);
+    expectHamiltonian(s);
+    expectValidTrees(s);
+    std::set<int> netsUsed;
+    for (int c = 0; c < s.nChannels(); ++c) {
+      const auto& ring = s.rings[static_cast<size_t>(c)];
+      // Each node's GPUs are contiguous in the ring.
+      for (size_t i = 0; i < ring.size(); ++i) EXPECT_EQ(ring[i] / 8, static_cast<int>(i / 8));
+      // The ring leaves each node from the GPU whose own NIC it uses.
+      const int exitGpu = ring[7] % 8;
+      EXPECT_EQ(s.ringNet[static_cast<size_t>(c)], exitGpu);
+      netsUsed.insert(s.ringNet[static_cast<size_t>(c)]);
+      // The tree's root is the first GPU of node 0 in this channel's ring, or a node head.
+      EXPECT_LE(s.ringBw[static_cast<size_t>(c)], 50.0 + 1e-9);
+    }
+    EXPECT_EQ(static_cast<int>(netsUsed.size()), s.nChannels());  // spread: one NIC per channel
+    // Every one of the 8 NICs carries a ring, each at its share of the switch ports.
+    EXPECT_EQ(s.nChannels(), 8);
+    EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
+  }
+}
+
+TEST(TopoSearch, Deterministic) {
+  for (const char* f : {"mi250_8gcd.xml", "mi300x.xml", "pcie_2socket.xml", "dgx_h100.xml"}) {
+    TopoSystem a = load(f), b = load(f);
+    Schedule x = search(a, 2), y = search(b, 2);
+    EXPECT_EQ(x.rings, y.rings) << f;
+    EXPECT_EQ(x.ringNet, y.ringNet) << f;
+  }
+}
+
+TEST(TopoSearch, RankOrderScheduleMatchesTheCommunicatorsRings) {
+  Schedule s = rankOrderSchedule({0, 0, 1, 1}, 2);
+  ASSERT_EQ(s.nChannels(), 2);
+  EXPECT_EQ(ringText(s.rings[0]), "0 1 2 3");
+  s.gpusPerNode = 2;
+  s.nodes = 2;
+  expectValidTrees(s);
+}
+
+// DESIGN goal: < 50 ms for one 8-GPU node, < 2 s for 1,024 nodes x 8 GPUs
+// (sanitizer builds get 20 times more).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kSlowdown = 20;
+#else
+constexpr double kSlowdown = 1;
+#endif
+TEST(TopoSearch, SearchTime) {
+  for (const char* f : {"mi300x.xml", "dgx_h100.xml", "mi250_8gcd.xml"}) {
+    TopoSystem sys = load(f);
+    for (int nodes : {1, 1024}) {
+      const auto start = std::chrono::steady_clock::now();
+      Schedule s = search(sys, nodes);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%s x %d nodes: %d channels in %.1f ms\n", f, nodes, s.nChannels(), ms);
+      EXPECT_LT(ms, (nodes == 1 ? 50.0 : 2000.0) * kSlowdown) << f;
+    }
+  }
+}
+
+TEST(TopoTrees, AllAtOnceEqualsOneByOne) {
+  for (const std::vector<int>& nodeOf : std::vector<std::vector<int>>{{0},
+                                                                      {0, 0, 0},
+                                                                      {0, 1},
+                                                                      {0, 0, 1, 1, 2, 2},
+                                                                      {1, 0, 1, 0, 2},
+                                                                      {0, 1, 2, 3, 4, 5, 6},
+                                                                      {3, 3, 2, 1, 0, 0}}) {
+    const auto all = buildDoubleTrees(nodeOf);
+    for (int r = 0; r < static_cast<int>(nodeOf.size()); ++r) {
+      const auto one = buildDoubleTree(nodeOf, r);
+      for (int t = 0; t < 2; ++t) {
+        const TreeLinks& a = all[static_cast<size_t>(r)][static_cast<size_t>(t)];
+        const TreeLinks& b = one[static_cast<size_t>(t)];
+        EXPECT_EQ(a.up, b.up) << r;
+        ASSERT_EQ(a.ndown, b.ndown) << r;
+        for (int i = 0; i < a.ndown; ++i) EXPECT_EQ(a.down[i], b.down[i]) << r;
+      }
+    }
+  }
+}
+
+TEST(TopoSearch, LogLinesReadAsNccls) {
+  Schedule s = rankOrderSchedule({0, 0, 0, 0}, 2);
+  std::vector<std::string> lines = scheduleLogLines(s, {0, 3});
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "Channel 00/02 : 0 1 2 3");
+  EXPECT_EQ(lines[1], "Channel 01/02 : 0 1 2 3");
+  EXPECT_EQ(lines[2], "Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1");
+  EXPECT_EQ(lines[3], "Trees [0] -1/-1/-1->3->2 [1] -1/-1/-1->3->2");
+}
+
+}  // namespace
+}  // namespace braid
