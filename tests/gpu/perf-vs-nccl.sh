@@ -5,7 +5,7 @@
 # and runs each collective alternately, Braid then NCCL then Braid then NCCL,
 # one process driving every GPU (-g N). Keeps the better run of each side per
 # size and prints the ratio. Outputs go to $OUT (or ./gpu-results).
-#   bash tests/gpu/perf-vs-nccl.sh [max-bytes] [collectives...]
+#   [BUILD=build/dir] bash tests/gpu/perf-vs-nccl.sh [max-bytes] [collectives...]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-results}
@@ -20,12 +20,13 @@ nccl=$(python3 -c "import nvidia.nccl, os; print(nvidia.nccl.__path__[0])" 2>/de
 mkdir -p /tmp/braid-nccl/include /tmp/braid-nccl/lib
 ln -sf "$nccl"/include/*.h /tmp/braid-nccl/include/
 ln -sf "$nccl/lib/libnccl.so.2" /tmp/braid-nccl/lib/libnccl.so
-if [ ! -x build/device-perf/bin/all_reduce_perf.nccl ]; then
-  cmake -S . -B build/device-perf -G Ninja -DBRAID_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 -DBRAID_BUILD_TESTS=OFF \
+build=${BUILD:-build/device-perf}  # a build configured with BRAID_PERF_NCCL_HOME is reused
+if [ ! -x "$build/bin/all_reduce_perf.nccl" ]; then
+  cmake -S . -B "$build" -G Ninja -DBRAID_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 -DBRAID_BUILD_TESTS=OFF \
     -DBRAID_PERF_NCCL_HOME=/tmp/braid-nccl > "$out/perf-configure.log" 2>&1 || { tail -20 "$out/perf-configure.log"; exit 1; }
-  cmake --build build/device-perf -j "$(nproc)" > "$out/perf-build.log" 2>&1 || { tail -40 "$out/perf-build.log"; exit 1; }
+  cmake --build "$build" -j "$(nproc)" > "$out/perf-build.log" 2>&1 || { tail -40 "$out/perf-build.log"; exit 1; }
 fi
-bin=build/device-perf/bin
+bin=$build/bin
 for c in $colls; do
   args="-b 8 -e $max -f 4 -g $ngpus -n 20 -w 5"
   for round in 1 2; do
