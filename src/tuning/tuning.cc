@@ -132,7 +132,7 @@ constexpr double kOversubscribedStepUs = 8.0;
 constexpr ProtoCost kGpuCost[] = {{3.0, 15000.0} /* Simple */, {1.0, 3000.0} /* LL */};
 // A channel is worth its thread (block) only past this many bytes.
 constexpr double kBytesPerChannel = 512.0 * 1024;
-constexpr double kGpuBytesPerChannel = 128.0 * 1024;
+constexpr double kGpuBytesPerChannel = 16.0 * 1024;  // blocks are free: spread mid sizes wide
 constexpr int kDirectMaxRanks = 8;
 
 double log2Ceil(int n) {

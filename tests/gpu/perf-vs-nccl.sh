@@ -5,7 +5,7 @@
 # and runs each collective alternately, Braid then NCCL then Braid then NCCL,
 # one process driving every GPU (-g N). Keeps the better run of each side per
 # size and prints the ratio. Outputs go to $OUT (or ./gpu-results).
-#   [BUILD=build/dir] bash tests/gpu/perf-vs-nccl.sh [max-bytes] [collectives...]
+#   [BUILD=build/dir] [ROUNDS=2] bash tests/gpu/perf-vs-nccl.sh [max-bytes] [collectives...]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-results}
@@ -29,7 +29,7 @@ fi
 bin=$build/bin
 for c in $colls; do
   args="-b 8 -e $max -f 4 -g $ngpus -n 20 -w 5"
-  for round in 1 2; do
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     LD_LIBRARY_PATH="$nccl/lib" timeout 300 "$bin/${c}_perf" $args > "$out/$c.braid.$round.txt" 2>&1
     LD_LIBRARY_PATH="$nccl/lib" timeout 300 "$bin/${c}_perf.nccl" $args > "$out/$c.nccl.$round.txt" 2>&1
   done

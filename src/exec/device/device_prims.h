@@ -10,9 +10,9 @@
 //
 // Simple: one thread waits for the receivers' tail and another for the
 // senders' head, the block moves the data with 16-byte loads and stores
-// (element by element where the buffers are not 16-byte aligned), every
-// thread fences its stores to system scope, and after a barrier one thread
-// publishes tail (senders) and head (receivers).
+// (element by element where the buffers are not 16-byte aligned), and after
+// a barrier one thread fences to system scope and publishes tail (senders)
+// and head (receivers).
 // LL: every thread polls its own 16-byte lines until both flags carry the
 // step, reduces, and writes lines with the flag to the next rank; no fence.
 //
@@ -164,8 +164,11 @@ class DevPrims {
     if (failed_) return;
     if (P == Protocol::Simple) {
       moveSimple(src, srcPre, fromRecv, dst, toSend, n);
-      if (toSend) __threadfence_system();  // the data before tail, seen from the peer
       failed_ = __syncthreads_or(0);
+      // The block's stores happen before the barrier; the posting thread's
+      // system-scope fence then orders them all before tail (as NCCL's
+      // postPeer does), so one thread fences instead of every thread.
+      if (toSend && tid == 0) __threadfence_system();
     } else {
       bad = !moveLL(src, srcPre, fromRecv, dst, toSend, n);
       failed_ = __syncthreads_or(bad);
