@@ -25,7 +25,7 @@ using device::DevCollArgs;
 using device::DevP2pArgs;
 using device::kDevMaxChannels;
 
-SizeParam paramP2pChunk("P2P_NET_CHUNKSIZE_GPU", 256u << 10,
+SizeParam paramP2pChunk("GPU_P2P_STEP", 256u << 10,
                         "GPU backend: bytes of one point-to-point FIFO step between GPUs (the slot size of "
                         "the peer connectors used by send/receive and the one-shot all-reduce)");
 static_assert(device::kDevTreeChildren == kMaxTreeChildren, "device tree tables match the trees");

@@ -58,8 +58,14 @@ __device__ __forceinline__ void storeLine(void* p, uint64_t data, uint32_t flag)
   __atomic_store_n(q + 1, (data >> 32) | (static_cast<uint64_t>(flag) << 32), __ATOMIC_RELAXED);
 }
 __device__ __forceinline__ uint4 loadLine(const void* p) { return loadFresh(static_cast<const uint4*>(p)); }
-// wall_clock64 ticks at 100 MHz on CDNA2/3 (not verified on hardware here).
-__device__ __forceinline__ uint64_t nanoseconds() { return wall_clock64() * 10; }
+// s_memrealtime ticks at 100 MHz on CDNA2/3 (not verified on hardware here).
+__device__ __forceinline__ uint64_t nanoseconds() {
+#if defined(__HIP_DEVICE_COMPILE__)
+  return __builtin_amdgcn_s_memrealtime() * 10;
+#else
+  return 0;
+#endif
+}
 
 #endif
 

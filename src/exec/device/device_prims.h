@@ -233,6 +233,10 @@ class DevPrims {
     for (int k = 0; k < kOut; ++k)
       if (k < nout) bits |= reinterpret_cast<uintptr_t>(out[k]);
     const uint64_t packs = (bits % 16 == 0) ? n / kPer : 0;
+    // Unrolled over inputs and outputs only when there are few (rings);
+    // unrolling nine of each took minutes to compile per datatype.
+    constexpr int kInUnroll = kIn <= 2 ? kIn : 1;
+    constexpr int kOutUnroll = kOut <= 2 ? kOut : 1;
     const int tid = threadIdx.x;
     for (uint64_t base = tid; base < packs; base += static_cast<uint64_t>(NT) * U) {
       Pack16<T> acc[U];
@@ -247,7 +251,7 @@ class DevPrims {
 #pragma unroll
           for (int e = 0; e < kPer; ++e) acc[u].elem[e] = op_.pre(acc[u].elem[e]);
       }
-#pragma unroll(kIn <= 2 ? kIn : 1)
+#pragma unroll kInUnroll
       for (int k = 1; k < kIn; ++k) {
         if (k < nin) {
           Pack16<T> v[U];
@@ -263,7 +267,7 @@ class DevPrims {
             for (int e = 0; e < kPer; ++e) acc[u].elem[e] = op_(acc[u].elem[e], pk ? op_.pre(v[u].elem[e]) : v[u].elem[e]);
         }
       }
-#pragma unroll(kOut <= 2 ? kOut : 1)
+#pragma unroll kOutUnroll
       for (int k = 0; k < kOut; ++k) {
         if (k < nout) {
 #pragma unroll
