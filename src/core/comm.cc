@@ -124,19 +124,11 @@ Status Communicator::ensureP2p(const std::vector<int>& sendPeers, const std::vec
   for (int p : recvPeers) {
     if (!p2pRecv_[p]) newRecvs.push_back(p);
   }
-  for (int p : newSends) BRAID_CHECK(checkSameHost(p));
-  for (int p : newRecvs) BRAID_CHECK(checkSameHost(p));
-  // The transport's three steps, each over every new connector (see shm_transport.h).
+  // The transports' three steps, each over every new connector (core/connectors.h).
   const size_t slot = p2pSlotBytes();
-  for (int p : newRecvs) {
-    p2pRecv_[p] = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmPostRecv(bootstrap_.get(), p, kShmP2pTag, slot, sameProcess(p), p2pRecv_[p].get()));
-  }
-  for (int p : newSends) {
-    p2pSend_[p] = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmOpenSend(bootstrap_.get(), p, kShmP2pTag, slot, p2pSend_[p].get()));
-  }
-  for (int p : newRecvs) BRAID_CHECK(shmFinishRecv(bootstrap_.get(), p, kShmP2pTag, p2pRecv_[p].get()));
+  for (int p : newRecvs) BRAID_CHECK(connectors_->postRecv(p, kShmP2pTag, slot, &p2pRecv_[p]));
+  for (int p : newSends) BRAID_CHECK(connectors_->openSend(p, kShmP2pTag, slot, &p2pSend_[p]));
+  for (int p : newRecvs) BRAID_CHECK(connectors_->finishRecv(p, kShmP2pTag, p2pRecv_[p].get()));
   return okStatus();
 }
 
@@ -146,20 +138,14 @@ bool Communicator::sameProcess(int peer) const {
   return p.hostHash == me.hostHash && p.pid == me.pid;
 }
 
-Status Communicator::checkSameHost(int peer) const {
-  const PeerInfo& p = peers_[static_cast<size_t>(peer)];
-  if (p.hostHash != peers_[static_cast<size_t>(rank_)].hostHash) {
-    return invalidUsage("rank ", peer, " runs on another host (", p.hostId,
-                        "); communication across hosts needs the network transport, which this release does "
-                        "not have yet");
-  }
-  return okStatus();
+Status Communicator::explainFailure(Status s) const {
+  if (s.ok() || connectors_ == nullptr) return s;
+  Status cause = connectors_->netError();
+  if (cause.ok()) return s;
+  return Status(cause.code(), strCat(cause.message(), " (so: ", s.message(), ")"));
 }
 
 Status Communicator::ensureChannels(Algo algo, int n) {
-  if (algo != Algo::Direct) {
-    for (int r = 0; r < nranks_ && nnodes_ > 1; ++r) BRAID_CHECK(checkSameHost(r));
-  }
   return channels_->ensure(algo, n);
 }
 
@@ -223,9 +209,15 @@ Status Communicator::exchangePeerInfo() {
   }
   nnodes_ = static_cast<int>(hosts.size());
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
-  std::vector<bool> inProcess(static_cast<size_t>(nranks_));
-  for (int r = 0; r < nranks_; ++r) inProcess[static_cast<size_t>(r)] = sameProcess(r);
-  channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), std::move(nodeOf), std::move(inProcess), p2pSlotBytes());
+  std::vector<PeerPlace> places(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = peers_[static_cast<size_t>(r)];
+    places[static_cast<size_t>(r)] = {p.hostHash == me.hostHash, sameProcess(r), describePeer(p)};
+  }
+  connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
+                                                   bootstrapTimeoutSeconds());
+  BRAID_CHECK(connectors_->init());
+  channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), std::move(nodeOf), connectors_.get(), p2pSlotBytes());
   return okStatus();
 }
 

@@ -41,7 +41,7 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items)
   std::vector<P2pOp> batch;
   auto flush = [&] {
     if (batch.empty()) return;
-    Status s = runP2pBatch(comm, batch);
+    Status s = comm->explainFailure(runP2pBatch(comm, batch));
     if (!s.ok()) comm->setAsyncError(s);
     if (first.ok() && !s.ok()) first = s;
     batch.clear();
