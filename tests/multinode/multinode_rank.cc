@@ -7,7 +7,9 @@
 //                 peer and a large all-reduce, each result checked
 //   MODE loop:    all-reduces of 1M floats (checked) until a failure or
 //                 BRAID_TEST_LOOP_SECONDS (for faults: a killed rank, a downed
-//                 link, stray clients)
+//                 link, stray clients); with BRAID_TEST_SPLIT set, each
+//                 iteration also splits off a communicator (new connectors)
+//                 and all-reduces on it
 // Prints "rank R: ok" or "rank R: FAILED after S s: <error>" and exits 0 or 1.
 #include <unistd.h>
 
@@ -121,9 +123,16 @@ int main(int argc, char** argv) {
   } else if (err.empty() && mode == "loop") {
     const char* s = std::getenv("BRAID_TEST_LOOP_SECONDS");
     const double seconds = s != nullptr ? std::atof(s) : 10;
+    const bool split = std::getenv("BRAID_TEST_SPLIT") != nullptr;
     int iters = 0;
     while (err.empty() && elapsed() < seconds) {
-      err = allReduce(comm, rank, n, 1u << 20);
+      if (split) {  // a new communicator each time: new connectors, so the listeners accept again
+        ncclComm_t sub = nullptr;
+        err = check(ncclCommSplit(comm, 0, rank, &sub, nullptr), comm, "split");
+        if (err.empty()) err = allReduce(sub, rank, n, 1u << 18);
+        if (sub != nullptr) err += check(ncclCommDestroy(sub), sub, "destroy split");
+      }
+      if (err.empty()) err = allReduce(comm, rank, n, 1u << 20);
       if (++iters == 1 && err.empty()) std::printf("rank %d: running\n", rank), std::fflush(stdout);
     }
   }

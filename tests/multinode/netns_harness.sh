@@ -12,7 +12,10 @@
 #                      every other rank must fail, naming a rank, in time
 #            linkdown  all-reduces in a loop; the last node's link goes down:
 #                      every rank must fail in time
-#            stray     all-reduces for a few seconds while stray clients connect
+#            split     all-reduces for a few seconds, each also on a communicator
+#                      split off for it (connectors made and closed again and
+#                      again): every rank must succeed
+#            stray     the same while stray clients connect
 #                      to every listening port (bootstrap and proxy) and send
 #                      garbage or nothing: every rank must succeed
 # Exit 0: passed; 1: failed; 77: skipped (not root, or no `ip netns`).
@@ -33,8 +36,10 @@ bridge="bnb$id"
 work=$(mktemp -d "/tmp/braid-multinode.$id.XXXX")
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2> /dev/null; done
+  [[ -n ${stray_pid:-} ]] && kill "$stray_pid" 2> /dev/null
+  # only ranks not reaped yet (a reaped pid may belong to someone else by now)
+  for p in "${pids[@]}"; do [[ -n $p ]] && kill -9 "$p" 2> /dev/null; done
+  for p in "${pids[@]}"; do [[ -n $p ]] && wait "$p" 2> /dev/null; done
   for ((i = 0; i < nodes; i++)); do
     ip netns del "bn$id-$i" 2> /dev/null
     ip link del "bv$id-$i" 2> /dev/null
@@ -66,7 +71,7 @@ mode=sweep
 case $scenario in
   sweep) limit=240 ;;
   kill | linkdown) mode=loop limit=60 common+=(BRAID_TEST_LOOP_SECONDS=120) ;;
-  stray) mode=loop limit=60 common+=(BRAID_TEST_LOOP_SECONDS=6) ;;
+  stray | split) mode=loop limit=60 common+=(BRAID_TEST_LOOP_SECONDS=8 BRAID_TEST_SPLIT=1) ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
 
@@ -112,9 +117,7 @@ fault_at=0
 case $scenario in
   kill)
     wait_running || exit 1
-    victim=${pids[$((nranks - 1))]}
-    # the rank's own process is the child of `ip netns exec`'s env: kill the whole chain
-    pkill -9 -P "$victim" 2> /dev/null; kill -9 "$victim" 2> /dev/null
+    kill -9 "${pids[$((nranks - 1))]}"  # `ip netns exec` and env exec the rank: this is its pid
     fault_at=$SECONDS
     echo "killed rank $((nranks - 1)) (node $((nodes - 1)))"
     ;;
@@ -127,6 +130,7 @@ case $scenario in
   stray)
     stray_loop &
     stray_pid=$!
+    wait_running || exit 1
     ;;
 esac
 
@@ -143,8 +147,9 @@ for ((r = 0; r < nranks; r++)); do
   fi
   wait "$p"
   codes[$r]=$?
+  pids[$r]=
 done
-[[ -n ${stray_pid:-} ]] && { kill "$stray_pid" 2> /dev/null; wait "$stray_pid" 2> /dev/null; }
+[[ -n ${stray_pid:-} ]] && { kill "$stray_pid" 2> /dev/null; wait "$stray_pid" 2> /dev/null; stray_pid=; }
 end=$SECONDS
 
 for ((r = 0; r < nranks; r++)); do
@@ -153,7 +158,7 @@ for ((r = 0; r < nranks; r++)); do
 done
 
 case $scenario in
-  sweep | stray)
+  sweep | stray | split)
     for ((r = 0; r < nranks; r++)); do
       [[ ${codes[$r]:-1} -eq 0 ]] || { echo "FAIL: rank $r did not succeed"; status=1; }
     done

@@ -107,6 +107,32 @@ uint64_t NetProxy::add(std::unique_ptr<Conn> c) {
 
 void NetProxy::remove(uint64_t id) {
   Impl& im = *impl_;
+  // A sender's last steps may still sit in its slots (a collective ends once
+  // its steps are posted): let the proxy send them first, as long as it keeps
+  // making progress (a peer that stopped reading gets 1 s, a dead one none).
+  auto lastMove = std::chrono::steady_clock::now();
+  uint64_t lastDone = ~uint64_t(0);
+  auto flushed = [&]() {  // mu held
+    auto it = im.conns.find(id);
+    if (it == im.conns.end()) return true;
+    Conn* c = it->second.get();
+    const uint64_t tail = c->c.counters->tail.load(std::memory_order_acquire);
+    if (!c->isSend || c->failed || c->done == tail) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (c->done != lastDone) lastDone = c->done, lastMove = now;
+    if (now - lastMove < std::chrono::seconds(1)) return false;
+    BRAID_WARN("proxy: closing the net connection to %s with %llu steps unsent (no progress for 1 s)",
+               c->peer.description.c_str(), static_cast<unsigned long long>(tail - c->done));
+    return true;
+  };
+  while (true) {
+    im.waiting.fetch_add(1);
+    std::unique_lock<std::mutex> lock(im.mu);
+    im.waiting.fetch_sub(1);
+    if (flushed()) break;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   im.waiting.fetch_add(1);
   std::lock_guard<std::mutex> lock(im.mu);
   im.waiting.fetch_sub(1);

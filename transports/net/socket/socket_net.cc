@@ -295,15 +295,16 @@ class SocketComm {
         r->tag = r->frame.tag;
         if (r->tag == kNetClosedTag) {  // the sender closed its comm: nothing follows
           BRAID_INFO(kLogNet, "NET/Socket: %s closed the connection", peer_.c_str());
+          // Receives queued behind the goodbye complete the same way. (Other
+          // streams hold only parts of earlier messages: the sender finished
+          // those before saying goodbye, so they complete normally.)
           closed_ = true;
-          for (auto& queue : queues_) {  // receives posted after the goodbye complete the same way
-            for (Task& waiting : queue) {
-              waiting.req->size = 0;
-              waiting.req->tag = kNetClosedTag;
-              waiting.req->partsLeft = 0;
-            }
-            queue.clear();
+          for (Task& waiting : q) {
+            waiting.req->size = 0;
+            waiting.req->tag = kNetClosedTag;
+            waiting.req->partsLeft = 0;
           }
+          q.clear();
           return moved;
         }
         const int parts = partCount(r->size, static_cast<int>(streams_.size()));
