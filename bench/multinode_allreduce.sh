@@ -7,8 +7,9 @@
 # (the bridge's address is private to this run, for mpirun's control traffic).
 #
 #   bench/multinode_allreduce.sh [BUILD_DIR] [extra all_reduce_perf flags...]
-# Environment: RANKS_PER_NODE (default 1), BRAID_* / NCCL_* pass through to
-# Braid (e.g. NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD).
+# Environment: RANKS_PER_NODE (default 1), ONLY=braid|mpi (default both),
+# BRAID_* / NCCL_* pass through to Braid (e.g. NCCL_SOCKET_NTHREADS,
+# NCCL_NSOCKS_PERTHREAD).
 set -euo pipefail
 build=$(cd "${1:-build/host}" && pwd)
 shift || true
@@ -73,9 +74,14 @@ echo "# 2 nodes (network namespaces) x $per ranks, $(nproc) cores; $(date -u +%F
 echo "# raw TCP, one stream, before:"
 tcp_ceiling
 args=(-b 1M -e 256M -f 2 -w 2 -n 10 -c 1 "$@")
-echo "# Braid (socket transport):"
-mpirun_ns "$work/rank" "$perf" "${args[@]}" | tee "$work/braid.txt"
-echo "# Open MPI (btl tcp):"
-mpirun_ns "$work/rank" "$perf" -R mpi "${args[@]}" | tee "$work/mpi.txt"
+if [[ ${ONLY:-braid} == braid ]]; then
+  echo "# Braid (socket transport):"
+  mpirun_ns "$work/rank" "$perf" "${args[@]}"
+fi
+if [[ ${ONLY:-mpi} == mpi ]]; then
+  echo "# Open MPI (btl tcp):"
+  mpirun_ns "$work/rank" "$perf" -R mpi "${args[@]}"
+fi
+
 echo "# raw TCP, one stream, after:"
 tcp_ceiling

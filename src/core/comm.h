@@ -109,7 +109,8 @@ class Communicator : public StallListener {
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
   int nnodes() const { return nnodes_; }
   int localRanks() const { return localRanks_; }
-  // Channels the host can run in parallel for this rank: cores per local rank.
+  // Channels the host can run in parallel for this rank: cores per local
+  // rank, less one for the proxy when there are several nodes.
   int hostChannels() const;
   static int hostCores();
   // A wait of `channel` timed out: with BRAID_DUMP_ON_STALL=1, logs every
