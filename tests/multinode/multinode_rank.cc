@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
     const double seconds = s != nullptr ? std::atof(s) : 10;
     const bool split = std::getenv("BRAID_TEST_SPLIT") != nullptr;
     int iters = 0;
-    while (err.empty() && elapsed() < seconds) {
+    int stop = 0;
+    while (err.empty() && !stop) {
       if (split) {  // a new communicator each time: new connectors, so the listeners accept again
         ncclComm_t sub = nullptr;
         err = check(ncclCommSplit(comm, 0, rank, &sub, nullptr), comm, "split");
@@ -134,6 +135,10 @@ int main(int argc, char** argv) {
       }
       if (err.empty()) err = allReduce(comm, rank, n, 1u << 20);
       if (++iters == 1 && err.empty()) std::printf("rank %d: running\n", rank), std::fflush(stdout);
+      // Stop together: a rank that stopped alone would leave the others in a split or collective.
+      stop = elapsed() >= seconds ? 1 : 0;
+      if (err.empty())
+        err = check(ncclAllReduce(&stop, &stop, 1, ncclInt32, ncclMax, comm, nullptr), comm, "vote");
     }
   }
   if (!err.empty()) {
