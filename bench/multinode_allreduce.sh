@@ -70,9 +70,25 @@ tcp_ceiling() {
   wait $server
 }
 
+# The same, one stream each way at once (an all-reduce moves its bytes both
+# ways at once: on a machine whose cores both "nodes" share, this is the
+# ceiling that applies).
+tcp_duplex() {
+  ip netns exec "bb$id-1" "$tcp" server 5202 > /dev/null &
+  local s1=$!
+  ip netns exec "bb$id-0" "$tcp" server 5203 > /dev/null &
+  local s0=$!
+  ip netns exec "bb$id-0" "$tcp" client "${net}2" 5202 $((2 << 30)) | sed 's/^/0->1 /' &
+  local c0=$!
+  ip netns exec "bb$id-1" "$tcp" client "${net}1" 5203 $((2 << 30)) | sed 's/^/1->0 /'
+  wait $c0 $s0 $s1
+}
+
 echo "# 2 nodes (network namespaces) x $per ranks, $(nproc) cores; $(date -u +%FT%TZ)"
 echo "# raw TCP, one stream, before:"
 tcp_ceiling
+echo "# raw TCP, one stream each way at once:"
+tcp_duplex
 args=(-b 1M -e 256M -f 2 -w 2 -n 10 -c 1 "$@")
 if [[ ${ONLY:-braid} == braid ]]; then
   echo "# Braid (socket transport):"
