@@ -59,7 +59,7 @@ hosts="bb$id-0:$per,bb$id-1:$per"
 mpirun_ns() {
   mpirun --allow-run-as-root -np $((2 * per)) --host "$hosts" --mca routed direct \
     --mca plm_rsh_agent "$work/nsrsh" --mca oob_tcp_if_include "${net}0/24" \
-    --mca btl self,vader,tcp --mca btl_tcp_if_include "${net}0/24" --mca btl_vader_single_copy_mechanism none \
+    --mca btl self,tcp --mca btl_tcp_if_include "${net}0/24" \
     "$@"
 }
 
