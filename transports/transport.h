@@ -107,6 +107,13 @@ struct Connector {
   }
 };
 
+// What a transport hands back for one end of a connector: the connector and
+// whatever keeps its memory alive (a shared segment, a proxy registration).
+struct ConnectorEnd {
+  virtual ~ConnectorEnd() = default;
+  Connector conn;
+};
+
 }  // namespace braid
 
 // ---- Device connectors (GPU backend) -------------------------------------

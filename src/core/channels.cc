@@ -9,10 +9,11 @@ namespace {
 uint32_t treeTag(int channel, bool up) {
   return 0x54480000u + 4u * static_cast<uint32_t>(channel) + (up ? 0u : 2u);
 }
+uint32_t ringTag(int channel) { return 0x53480000u + 4u * static_cast<uint32_t>(channel); }
 
 }  // namespace
 
-std::string fifoState(const char* dir, int peer, const ShmEnd* end) {
+std::string fifoState(const char* dir, int peer, const ConnectorEnd* end) {
   if (end == nullptr) return "";
   const ConnectorCounters* c = end->conn.counters;
   return strCat(" ", dir, " rank ", peer, " [tail ", c->tail.load(), " head ", c->head.load(), "]");
@@ -26,14 +27,25 @@ Status ChannelSet::ensure(Algo algo, int n) {
   }
   for (int c = 0; c < n; ++c) {
     Channel& ch = *channels_[static_cast<size_t>(c)];
-    if (algo == Algo::Ring && !ch.ring) {
-      auto link = std::make_unique<ShmLink>();
-      const int prev = (bs_->rank() - 1 + bs_->nranks()) % bs_->nranks();
-      BRAID_CHECK(shmConnectRing(bs_, c, slotBytes_, inProcess_[static_cast<size_t>(prev)], link.get()));
-      ch.ring = std::move(link);
-    }
+    if (algo == Algo::Ring && !ch.ring) BRAID_CHECK(connectRing(&ch));
     if (algo == Algo::Tree && !ch.tree) BRAID_CHECK(connectTree(&ch));
   }
+  return okStatus();
+}
+
+Status ChannelSet::connectRing(Channel* ch) {
+  const int n = bs_->nranks(), rank = bs_->rank();
+  const int prev = (rank - 1 + n) % n, next = (rank + 1) % n;
+  const uint32_t tag = ringTag(ch->id);
+  auto link = std::make_unique<RingLink>();
+  // The transports' three steps (core/connectors.h).
+  BRAID_CHECK(factory_->postRecv(prev, tag, slotBytes_, &link->recv));
+  BRAID_CHECK(factory_->openSend(next, tag, slotBytes_, &link->send));
+  BRAID_CHECK(factory_->finishRecv(prev, tag, link->recv.get()));
+  BRAID_INFO(factory_->usesNet(prev) || factory_->usesNet(next) ? kLogNet : kLogShm,
+             "channel %d: ring %d -> %d -> %d, from %d over %s, to %d over %s (%zu-byte slots)", ch->id, prev, rank,
+             next, prev, factory_->transportName(prev), next, factory_->transportName(next), slotBytes_);
+  ch->ring = std::move(link);
   return okStatus();
 }
 
@@ -43,28 +55,22 @@ Status ChannelSet::connectTree(Channel* ch) {
   const TreeLinks& l = t->links;
   const uint32_t up = treeTag(ch->id, true), down = treeTag(ch->id, false);
   // The transport's three steps over every connector (shm_transport.h).
-  for (int i = 0; i < l.ndown; ++i) {
-    t->upRecv[i] = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmPostRecv(bs_, l.down[i], up, slotBytes_, inProcess_[static_cast<size_t>(l.down[i])],
-                            t->upRecv[i].get()));
-  }
+  for (int i = 0; i < l.ndown; ++i) BRAID_CHECK(factory_->postRecv(l.down[i], up, slotBytes_, &t->upRecv[i]));
   if (l.up >= 0) {
-    t->downRecv = std::make_unique<ShmEnd>();
-    BRAID_CHECK(
-        shmPostRecv(bs_, l.up, down, slotBytes_, inProcess_[static_cast<size_t>(l.up)], t->downRecv.get()));
-    t->upSend = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmOpenSend(bs_, l.up, up, slotBytes_, t->upSend.get()));
+    BRAID_CHECK(factory_->postRecv(l.up, down, slotBytes_, &t->downRecv));
+    BRAID_CHECK(factory_->openSend(l.up, up, slotBytes_, &t->upSend));
   }
-  for (int i = 0; i < l.ndown; ++i) {
-    t->downSend[i] = std::make_unique<ShmEnd>();
-    BRAID_CHECK(shmOpenSend(bs_, l.down[i], down, slotBytes_, t->downSend[i].get()));
-  }
-  for (int i = 0; i < l.ndown; ++i) BRAID_CHECK(shmFinishRecv(bs_, l.down[i], up, t->upRecv[i].get()));
-  if (l.up >= 0) BRAID_CHECK(shmFinishRecv(bs_, l.up, down, t->downRecv.get()));
+  for (int i = 0; i < l.ndown; ++i) BRAID_CHECK(factory_->openSend(l.down[i], down, slotBytes_, &t->downSend[i]));
+  for (int i = 0; i < l.ndown; ++i) BRAID_CHECK(factory_->finishRecv(l.down[i], up, t->upRecv[i].get()));
+  if (l.up >= 0) BRAID_CHECK(factory_->finishRecv(l.up, down, t->downRecv.get()));
   std::string children;
-  for (int i = 0; i < l.ndown; ++i) children += strCat(i ? "," : "", l.down[i]);
-  BRAID_INFO(kLogShm, "channel %d: tree %d, up %d, down %s, over shared memory", ch->id, ch->id % 2, l.up,
-             children.empty() ? "-" : children.c_str());
+  bool net = l.up >= 0 && factory_->usesNet(l.up);
+  for (int i = 0; i < l.ndown; ++i) {
+    children += strCat(i ? "," : "", l.down[i], " (", factory_->transportName(l.down[i]), ")");
+    net |= factory_->usesNet(l.down[i]);
+  }
+  BRAID_INFO(net ? kLogNet : kLogShm, "channel %d: tree %d, up %d (%s), down %s", ch->id, ch->id % 2, l.up,
+             l.up >= 0 ? factory_->transportName(l.up) : "-", children.empty() ? "-" : children.c_str());
   ch->tree = std::move(t);
   return okStatus();
 }
@@ -77,8 +83,8 @@ void ChannelSet::dump(int stalledChannel) const {
         strCat("channel ", ch.id, ch.id == stalledChannel ? " (stalled)" : "", ": collectives issued ",
                ch.issued.load(), " completed ", ch.completed.load(), ";");
     if (ch.ring) {
-      line += strCat(" ring", fifoState("send to", (rank + 1) % n, &ch.ring->send),
-                     fifoState("recv from", (rank - 1 + n) % n, &ch.ring->recv), ";");
+      line += strCat(" ring", fifoState("send to", (rank + 1) % n, ch.ring->send.get()),
+                     fifoState("recv from", (rank - 1 + n) % n, ch.ring->recv.get()), ";");
     }
     if (ch.tree) {
       const TreeLinks& l = ch.tree->links;

@@ -14,34 +14,39 @@
 
 #include "bootstrap/bootstrap.h"
 #include "topology/trees.h"
-#include "transports/shm/shm_transport.h"
+#include "core/connectors.h"
 #include "tuning/tuning.h"
 
 namespace braid {
 
 struct TreeConnectors {
   TreeLinks links;
-  std::unique_ptr<ShmEnd> upSend, downRecv;                                      // with the parent
-  std::unique_ptr<ShmEnd> upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];  // with each child
+  std::unique_ptr<ConnectorEnd> upSend, downRecv;                                      // with the parent
+  std::unique_ptr<ConnectorEnd> upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];  // with each child
+};
+
+struct RingLink {
+  std::unique_ptr<ConnectorEnd> recv;  // the previous rank writes here
+  std::unique_ptr<ConnectorEnd> send;  // we write into the next rank's
 };
 
 struct Channel {
   int id = 0;
-  std::unique_ptr<ShmLink> ring;
+  std::unique_ptr<RingLink> ring;
   std::unique_ptr<TreeConnectors> tree;
   std::atomic<uint64_t> issued{0}, completed{0};
 };
 
 // " send to rank 3 [tail 17 head 17]": one connector's FIFO state for
 // stall dumps ("" for a missing end).
-std::string fifoState(const char* dir, int peer, const ShmEnd* end);
+std::string fifoState(const char* dir, int peer, const ConnectorEnd* end);
 
 class ChannelSet {
  public:
   // `nodeOf[r]`: node index of rank r (ranks of one host share one);
-  // `inProcess[r]`: rank r is a thread of this process.
-  ChannelSet(bootstrap::Bootstrap* bs, std::vector<int> nodeOf, std::vector<bool> inProcess, size_t slotBytes)
-      : bs_(bs), nodeOf_(std::move(nodeOf)), inProcess_(std::move(inProcess)), slotBytes_(slotBytes) {}
+  // `factory` picks each peer's transport (shm on this host, net across).
+  ChannelSet(bootstrap::Bootstrap* bs, std::vector<int> nodeOf, ConnectorFactory* factory, size_t slotBytes)
+      : bs_(bs), nodeOf_(std::move(nodeOf)), factory_(factory), slotBytes_(slotBytes) {}
 
   // Connects what `algo` needs on channels 0..n-1 (collective: every rank
   // calls it with the same arguments). Direct needs only the channels'
@@ -54,11 +59,12 @@ class ChannelSet {
   void dump(int stalledChannel) const;
 
  private:
+  Status connectRing(Channel* ch);
   Status connectTree(Channel* ch);
 
   bootstrap::Bootstrap* bs_;
   std::vector<int> nodeOf_;
-  std::vector<bool> inProcess_;
+  ConnectorFactory* factory_;
   size_t slotBytes_;
   std::vector<std::unique_ptr<Channel>> channels_;
 };

@@ -27,6 +27,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/channels.h"
 #include "core/config.h"
+#include "core/connectors.h"
 #include "core/gpu_engine.h"
 #include "core/library.h"
 #include "core/redops.h"
@@ -118,7 +119,8 @@ class Communicator : public StallListener {
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
   int nnodes() const { return nnodes_; }
   int localRanks() const { return localRanks_; }
-  // Channels the host can run in parallel for this rank: cores per local rank.
+  // Channels the host can run in parallel for this rank: cores per local
+  // rank, less one for the proxy when there are several nodes.
   int hostChannels() const;
   static int hostCores();
   // A wait of `channel` timed out: with BRAID_DUMP_ON_STALL=1, logs every
@@ -126,8 +128,13 @@ class Communicator : public StallListener {
   void onStall(int channel) override;
   // Point-to-point connectors, set up with the peers' matching calls.
   Status ensureP2p(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
-  ShmEnd* p2pSend(int peer) { return p2pSend_[peer].get(); }
-  ShmEnd* p2pRecv(int peer) { return p2pRecv_[peer].get(); }
+  ConnectorEnd* p2pSend(int peer) { return p2pSend_[peer].get(); }
+  ConnectorEnd* p2pRecv(int peer) { return p2pRecv_[peer].get(); }
+  // The transports: shm for peers on this host, net for the others.
+  ConnectorFactory& connectors() { return *connectors_; }
+  // A failed operation's status, with the cause a net connector recorded
+  // (a dead peer, a dropped link) put first when there is one.
+  Status explainFailure(Status s) const;
   size_t p2pSlotBytes() const;
   // BRAID_STALL_TIMEOUT: how long an operation may make no progress.
   double stallTimeoutSeconds() const;
@@ -147,7 +154,6 @@ class Communicator : public StallListener {
 
  private:
   Status exchangePeerInfo();
-  Status checkSameHost(int peer) const;
 
   int rank_, nranks_, device_;
   Backend backend_ = Backend::Host;
@@ -156,6 +162,7 @@ class Communicator : public StallListener {
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   int nnodes_ = 1, localRanks_ = 1;
+  std::unique_ptr<ConnectorFactory> connectors_;
   std::unique_ptr<ChannelSet> channels_;
   Schedule schedule_, topoSchedule_;
   void searchLocalTopology();
@@ -164,7 +171,7 @@ class Communicator : public StallListener {
   RedOpTable redOps_;
   ChoiceCache choices_;
   bool directReady_ = false;
-  std::map<int, std::unique_ptr<ShmEnd>> p2pSend_, p2pRecv_;
+  std::map<int, std::unique_ptr<ConnectorEnd>> p2pSend_, p2pRecv_;
   uint64_t collectiveSeq_ = 0;
 
   friend class CommUse;

@@ -110,7 +110,7 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
     }
     case Algo::Ring: break;
   }
-  HostPrims<T, Op, P> prims({&ch.ring->send.conn, (rank + 1) % n}, {&ch.ring->recv.conn, (rank - 1 + n) % n},
+  HostPrims<T, Op, P> prims({&ch.ring->send->conn, (rank + 1) % n}, {&ch.ring->recv->conn, (rank - 1 + n) % n},
                             ctx, op);
   size_t chunk = prims.maxElems();
   if (P == Protocol::Simple) {
@@ -308,9 +308,15 @@ Status runNow(Communicator* comm, const CollArgs& a) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
       if (plan.choice.algo == Algo::Direct) BRAID_CHECK(comm->ensureDirect());
     }
-    return dispatch(comm, a, plan);
+    // A failed net connector raises plan.cancel, ending the channels' waits at once.
+    comm->connectors().watch(&plan.cancel);
+    Status run = dispatch(comm, a, plan);
+    comm->connectors().unwatch(&plan.cancel);
+    return run;
   }();
-  if (!s.ok() && !isGroupWouldBlock(s)) comm->setAsyncError(s);  // the communicator is unusable now
+  if (isGroupWouldBlock(s)) return s;
+  s = comm->explainFailure(std::move(s));
+  if (!s.ok()) comm->setAsyncError(s);  // the communicator is unusable now: say so to every caller
   return s;
 }
 

@@ -53,6 +53,7 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
       *next = batchStart;
       return;
     }
+    s = comm->explainFailure(std::move(s));
     if (!s.ok()) comm->setAsyncError(s);
     if (first.ok() && !s.ok()) first = s;
     batch.clear();

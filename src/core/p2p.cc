@@ -92,7 +92,14 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
   BRAID_CHECK(comm->ensureP2p(sendPeers, recvPeers));
 
   const size_t slot = comm->p2pSlotBytes();
-  Backoff backoff(&comm->abortFlag(), comm->stallTimeoutSeconds());
+  std::atomic<bool> netFailed{false};  // raised when a net connector fails
+  comm->connectors().watch(&netFailed);
+  struct Unwatch {
+    Communicator* comm;
+    std::atomic<bool>* flag;
+    ~Unwatch() { comm->connectors().unwatch(flag); }
+  } unwatch{comm, &netFailed};
+  Backoff backoff(&comm->abortFlag(), comm->stallTimeoutSeconds(), &netFailed);
   backoff.reset();
   while (!sends.empty() || !recvs.empty()) {
     bool moved = false;
@@ -120,6 +127,7 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
     }
     Backoff::Result r = backoff.pause();
     if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort)");
+    if (r == Backoff::Result::Cancelled) return comm->explainFailure(remoteError("send/receive stopped"));
     if (r == Backoff::Result::TimedOut) {
       std::string waiting;
       for (auto& [peer, q] : sends) waiting += strCat(" send to rank ", peer, " (", q.front().done, "/", q.front().op->bytes, " bytes)");
@@ -136,7 +144,7 @@ Status enqueueP2p(Communicator* comm, const std::vector<P2pOp>& ops) {
     for (const P2pOp& op : ops) groupDeferP2p(comm, op);
     return okStatus();
   }
-  Status s = runP2pBatch(comm, ops);
+  Status s = comm->explainFailure(runP2pBatch(comm, ops));
   if (!s.ok()) comm->setAsyncError(s);
   return s;
 }

@@ -40,16 +40,4 @@ Status shmFinishRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, ShmEnd* i
   return okStatus();
 }
 
-Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, bool prevInProcess, ShmLink* out) {
-  int n = bs->nranks(), rank = bs->rank();
-  int prev = (rank - 1 + n) % n, next = (rank + 1) % n;
-  uint32_t tag = shmRingTag(channel);
-  BRAID_CHECK(shmPostRecv(bs, prev, tag, slotBytes, prevInProcess, &out->recv));
-  BRAID_CHECK(shmOpenSend(bs, next, tag, slotBytes, &out->send));
-  BRAID_CHECK(shmFinishRecv(bs, prev, tag, &out->recv));
-  BRAID_INFO(kLogShm, "channel %d: ring %d -> %d -> %d over %s (%zu-byte slots)", channel, prev, rank, next,
-             prevInProcess ? "process memory" : "shared memory", slotBytes);
-  return okStatus();
-}
-
 }  // namespace braid

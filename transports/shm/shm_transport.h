@@ -20,9 +20,8 @@
 
 namespace braid {
 
-struct ShmEnd {
+struct ShmEnd : ConnectorEnd {
   ShmSegment segment;
-  Connector conn;
 };
 
 // `tag` tells apart connectors between the same two ranks (ring channels,
@@ -33,17 +32,7 @@ Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slot
 Status shmOpenSend(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, ShmEnd* out);
 Status shmFinishRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, ShmEnd* io);
 
-// Tags of the connectors Braid makes.
-inline uint32_t shmRingTag(int channel) { return 0x53480000u + 4u * static_cast<uint32_t>(channel); }
+// The tag of point-to-point connectors.
 constexpr uint32_t kShmP2pTag = 0x53500000u;
-
-struct ShmLink {
-  ShmEnd recv;  // the previous rank writes here
-  ShmEnd send;  // we write into the next rank's
-};
-
-// Connects channel `channel` of the ring rank -> rank+1 (mod nranks).
-// `prevInProcess`: rank-1 is a thread of this process.
-Status shmConnectRing(bootstrap::Bootstrap* bs, int channel, size_t slotBytes, bool prevInProcess, ShmLink* out);
 
 }  // namespace braid

@@ -1,0 +1,72 @@
+#include "core/connectors.h"
+
+#include "transports/shm/shm_transport.h"
+#include "util/log.h"
+
+namespace braid {
+
+Status ConnectorFactory::init() {
+  net_.timeoutSec = timeoutSec_;
+  net_.abort = abort_;
+  net_.sink = sink_;
+  int others = 0;
+  for (const PeerPlace& p : peers_) others += p.sameHost ? 0 : 1;
+  if (others == 0) {
+    BRAID_INFO(kLogNet, "transport: shared memory for every peer (all ranks on this host)");
+    return okStatus();
+  }
+  BRAID_CHECK(selectNet(&net_.net).withContext(strCat(others, " ranks run on other hosts")));
+  net_.dev = 0;
+  NetProperties props;
+  BRAID_CHECK(net_.net->properties(net_.dev, &props));
+  BRAID_INFO(
+      kLogNet,
+      "transport: shared memory for the %zu ranks on this host, %s over %s (%s) for the %d on other hosts "
+      "(their host ids differ)",
+      peers_.size() - static_cast<size_t>(others), net_.net->name(), props.name.c_str(),
+      props.address.c_str(), others);
+  return okStatus();
+}
+
+const char* ConnectorFactory::transportName(int peer) const {
+  if (usesNet(peer)) return net_.net != nullptr ? net_.net->name() : "net";
+  return peers_[static_cast<size_t>(peer)].inProcess ? "process memory" : "shared memory";
+}
+
+Status ConnectorFactory::postRecv(int peer, uint32_t tag, size_t slotBytes,
+                                  std::unique_ptr<ConnectorEnd>* out) {
+  const PeerPlace& p = peers_[static_cast<size_t>(peer)];
+  if (usesNet(peer)) {
+    auto end = std::make_unique<NetEnd>();
+    BRAID_CHECK(netPostRecv(bs_, net_, peer, p.name, tag, slotBytes, end.get()));
+    *out = std::move(end);
+    return okStatus();
+  }
+  auto end = std::make_unique<ShmEnd>();
+  BRAID_CHECK(shmPostRecv(bs_, peer, tag, slotBytes, p.inProcess, end.get()));
+  *out = std::move(end);
+  return okStatus();
+}
+
+Status ConnectorFactory::openSend(int peer, uint32_t tag, size_t slotBytes,
+                                  std::unique_ptr<ConnectorEnd>* out) {
+  const PeerPlace& p = peers_[static_cast<size_t>(peer)];
+  if (usesNet(peer)) {
+    auto end = std::make_unique<NetEnd>();
+    BRAID_CHECK(netOpenSend(bs_, net_, peer, p.name, tag, slotBytes, end.get()));
+    *out = std::move(end);
+    return okStatus();
+  }
+  auto end = std::make_unique<ShmEnd>();
+  BRAID_CHECK(shmOpenSend(bs_, peer, tag, slotBytes, end.get()));
+  *out = std::move(end);
+  return okStatus();
+}
+
+Status ConnectorFactory::finishRecv(int peer, uint32_t tag, ConnectorEnd* io) {
+  const PeerPlace& p = peers_[static_cast<size_t>(peer)];
+  if (usesNet(peer)) return netFinishRecv(bs_, net_, peer, p.name, tag, static_cast<NetEnd*>(io));
+  return shmFinishRecv(bs_, peer, tag, static_cast<ShmEnd*>(io));
+}
+
+}  // namespace braid

@@ -1,0 +1,59 @@
+// Connector setup across transports: the choice, per peer, of the transport
+// that carries a connector (shm when the peer shares this host, the net
+// transport otherwise), and the three setup steps every transport takes
+// (see transports/shm/shm_transport.h and transports/net/net_transport.h):
+//   1. receiver: postRecv    2. sender: openSend    3. receiver: finishRecv
+// in that order across all the connectors being set up together.
+// Used by one thread per rank (the one setting up channels or p2p).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "transports/net/net_transport.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+struct PeerPlace {
+  bool sameHost = true;
+  bool inProcess = false;
+  std::string name;  // "rank 3 (hostb, pid 42)", for messages
+};
+
+class ConnectorFactory {
+ public:
+  ConnectorFactory(bootstrap::Bootstrap* bs, std::vector<PeerPlace> peers, const std::atomic<bool>* abort,
+                   double timeoutSec)
+      : bs_(bs), peers_(std::move(peers)), abort_(abort), timeoutSec_(timeoutSec) {}
+
+  // Chooses the net for peers on other hosts (NCCL_NET), logs the choice;
+  // a no-op when every peer shares this host.
+  Status init();
+
+  Status postRecv(int peer, uint32_t tag, size_t slotBytes, std::unique_ptr<ConnectorEnd>* out);
+  Status openSend(int peer, uint32_t tag, size_t slotBytes, std::unique_ptr<ConnectorEnd>* out);
+  Status finishRecv(int peer, uint32_t tag, ConnectorEnd* io);
+
+  bool usesNet(int peer) const { return !peers_[static_cast<size_t>(peer)].sameHost; }
+  const char* transportName(int peer) const;
+  // The first failure of a net connector ("" / ok when none).
+  Status netError() const { return sink_->first(); }
+  // Raised (with the others registered) when a net connector fails, so that
+  // waits on it end at once instead of at the stall timeout.
+  void watch(std::atomic<bool>* flag) { sink_->watch(flag); }
+  void unwatch(std::atomic<bool>* flag) { sink_->unwatch(flag); }
+
+ private:
+  bootstrap::Bootstrap* bs_;
+  std::vector<PeerPlace> peers_;
+  const std::atomic<bool>* abort_;
+  double timeoutSec_;
+  NetSetup net_;
+  std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
+};
+
+}  // namespace braid

@@ -1,0 +1,304 @@
+#include "transports/net/proxy.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "util/log.h"
+
+namespace braid {
+namespace {
+
+// The Net tag of a message says which region of the slot it fills.
+constexpr uint32_t kTagSimple = 1, kTagLL = 2;
+
+size_t llMessageBytes(uint64_t headerUnit) {
+  const uint64_t bytes = headerUnit & 0xffffffffu;
+  return 8 * (1 + (bytes + 3) / 4);
+}
+
+}  // namespace
+
+struct NetProxy::Conn {
+  bool isSend = false;
+  NetSendComm* send = nullptr;
+  NetRecvComm* recv = nullptr;
+  Connector c;
+  Peer peer;
+  std::shared_ptr<NetErrorSink> sink;
+  uint64_t posted = 0;  // next step to hand to the Net
+  uint64_t done = 0;    // next step to complete
+  NetRequest* reqs[kConnectorSteps] = {};
+  bool failed = false;
+  size_t landingBytes = 0;      // receive: what one step's message may hold
+  std::vector<uint64_t> stage;  // receive: landing areas when a Simple slot is smaller than an LL slot
+
+  char* landing(uint64_t s) {
+    if (stage.empty()) return reinterpret_cast<char*>(c.header(s));
+    return reinterpret_cast<char*>(stage.data()) + (s % kConnectorSteps) * landingBytes;
+  }
+};
+
+struct NetProxy::Impl {
+  std::mutex mu;
+  std::map<uint64_t, std::unique_ptr<Conn>> conns;
+  uint64_t nextId = 1;
+  bool running = false;
+  std::thread thread;
+  std::atomic<int> waiting{0};  // add/remove calls waiting for the lock
+};
+
+NetProxy* NetProxy::get(Net* net, int dev) {
+  static std::mutex mu;
+  static auto* proxies = new std::map<std::pair<Net*, int>, NetProxy*>();
+  std::lock_guard<std::mutex> lock(mu);
+  NetProxy*& p = (*proxies)[{net, dev}];
+  if (p == nullptr) {
+    p = new NetProxy(net, dev);
+    p->impl_ = std::make_shared<Impl>();
+  }
+  return p;
+}
+
+uint64_t NetProxy::addSend(NetSendComm* comm, const Connector& local, Peer peer,
+                           std::shared_ptr<NetErrorSink> sink) {
+  auto c = std::make_unique<Conn>();
+  c->isSend = true;
+  c->send = comm;
+  c->c = local;
+  c->peer = std::move(peer);
+  c->sink = std::move(sink);
+  return add(std::move(c));
+}
+
+uint64_t NetProxy::addRecv(NetRecvComm* comm, const Connector& local, Peer peer,
+                           std::shared_ptr<NetErrorSink> sink) {
+  auto c = std::make_unique<Conn>();
+  c->recv = comm;
+  c->c = local;
+  c->peer = std::move(peer);
+  c->sink = std::move(sink);
+  const size_t simple = sizeof(SlotHeader) + local.slotBytes;
+  c->landingBytes = std::max(simple, kLLSlotBytes);
+  if (simple < kLLSlotBytes) c->stage.resize(kConnectorSteps * c->landingBytes / 8);
+  return add(std::move(c));
+}
+
+uint64_t NetProxy::add(std::unique_ptr<Conn> c) {
+  Impl& im = *impl_;
+  im.waiting.fetch_add(1);
+  std::lock_guard<std::mutex> lock(im.mu);
+  im.waiting.fetch_sub(1);
+  const uint64_t id = im.nextId++;
+  im.conns[id] = std::move(c);
+  if (!im.running) {
+    if (im.thread.joinable()) im.thread.join();  // it left when its last connector went
+    im.running = true;
+    im.thread = std::thread([this] { loop(); });
+  }
+  return id;
+}
+
+void NetProxy::remove(uint64_t id) {
+  Impl& im = *impl_;
+  // A sender's last steps may still sit in its slots (a collective ends once
+  // its steps are posted): let the proxy send them first, as long as it keeps
+  // making progress (a peer that stopped reading gets 1 s, a dead one none).
+  auto lastMove = std::chrono::steady_clock::now();
+  uint64_t lastDone = ~uint64_t(0);
+  auto flushed = [&]() {  // mu held
+    auto it = im.conns.find(id);
+    if (it == im.conns.end()) return true;
+    Conn* c = it->second.get();
+    const uint64_t tail = c->c.counters->tail.load(std::memory_order_acquire);
+    if (!c->isSend || c->failed || c->done == tail) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (c->done != lastDone) lastDone = c->done, lastMove = now;
+    if (now - lastMove < std::chrono::seconds(1)) return false;
+    BRAID_WARN("proxy: closing the net connection to %s with %llu steps unsent (no progress for 1 s)",
+               c->peer.description.c_str(), static_cast<unsigned long long>(tail - c->done));
+    return true;
+  };
+  while (true) {
+    im.waiting.fetch_add(1);
+    std::unique_lock<std::mutex> lock(im.mu);
+    im.waiting.fetch_sub(1);
+    if (flushed()) break;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  im.waiting.fetch_add(1);
+  std::lock_guard<std::mutex> lock(im.mu);
+  im.waiting.fetch_sub(1);
+  auto it = im.conns.find(id);
+  if (it == im.conns.end()) return;
+  Conn* c = it->second.get();
+  if (c->isSend) {
+    net_->closeSend(c->send);
+  } else {
+    net_->closeRecv(c->recv);
+  }
+  im.conns.erase(it);
+}
+
+void NetProxy::fail(Conn* c, Status s) {
+  c->failed = true;
+  s.withContext(
+      strCat("net connection ", c->isSend ? "to " : "from ", c->peer.description, " (", net_->name(), ")"));
+  BRAID_WARN("proxy: %s", s.message().c_str());
+  c->sink->record(s);
+}
+
+bool NetProxy::progressSend(Conn* c) {
+  bool moved = false;
+  Connector& k = c->c;
+  const uint64_t tail = k.counters->tail.load(std::memory_order_acquire);
+  while (c->posted < tail && c->posted - c->done < kConnectorSteps) {
+    const uint64_t s = c->posted;
+    std::atomic<uint64_t>* units = k.llUnits(s);
+    const uint64_t u0 = units[0].load(std::memory_order_acquire);
+    const void* data;
+    size_t size;
+    uint32_t tag;
+    if ((u0 >> 32) == ((s + 1) & 0xffffffffu)) {  // an LL step: send the units it used
+      data = units;
+      size = llMessageBytes(u0);
+      tag = kTagLL;
+      if (size > kLLSlotBytes) {
+        fail(c, internalError("LL step ", s, " claims ", u0 & 0xffffffffu, " bytes, more than a slot holds"));
+        return moved;
+      }
+    } else {
+      const SlotHeader* h = k.header(s);
+      if (h->step != s || h->bytes > k.slotBytes) {
+        fail(c, internalError("slot of step ", s, " holds step ", h->step, " (", h->bytes, " bytes)"));
+        return moved;
+      }
+      data = h;
+      size = sizeof(SlotHeader) + h->bytes;
+      tag = kTagSimple;
+    }
+    NetRequest* r = nullptr;
+    Status st = net_->isend(c->send, data, size, tag, nullptr, &r);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (r == nullptr) break;
+    c->reqs[s % kConnectorSteps] = r;
+    ++c->posted;
+    moved = true;
+  }
+  while (c->done < c->posted) {
+    bool done = false;
+    Status st = net_->test(c->reqs[c->done % kConnectorSteps], &done, nullptr, nullptr);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (!done) break;
+    // The bytes left the slot: the local sender may reuse it.
+    k.counters->head.store(++c->done, std::memory_order_release);
+    moved = true;
+  }
+  return moved;
+}
+
+bool NetProxy::progressRecv(Conn* c) {
+  bool moved = false;
+  Connector& k = c->c;
+  const uint64_t head = k.counters->head.load(std::memory_order_acquire);
+  while (c->posted < head + kConnectorSteps && c->posted - c->done < kConnectorSteps) {
+    NetRequest* r = nullptr;
+    Status st = net_->irecv(c->recv, c->landing(c->posted), c->landingBytes, nullptr, &r);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (r == nullptr) break;
+    c->reqs[c->posted % kConnectorSteps] = r;
+    ++c->posted;
+    moved = true;
+  }
+  while (c->done < c->posted) {
+    const uint64_t s = c->done;
+    bool done = false;
+    size_t size = 0;
+    uint32_t tag = 0;
+    Status st = net_->test(c->reqs[s % kConnectorSteps], &done, &size, &tag);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (!done) break;
+    const char* src = c->landing(s);
+    if (tag == kNetClosedTag) {  // the peer destroyed its communicator: stop serving
+      BRAID_INFO(kLogProxy, "proxy: %s closed its net connection", c->peer.description.c_str());
+      c->failed = true;
+      return moved;
+    }
+    if (tag == kTagLL) {
+      uint64_t u0 = 0;
+      if (size >= 8) std::memcpy(&u0, src, 8);
+      if (size < 8 || size > kLLSlotBytes || (u0 >> 32) != ((s + 1) & 0xffffffffu) ||
+          llMessageBytes(u0) != size) {
+        fail(c, remoteError("a malformed LL step ", s, " arrived (", size, " bytes)"));
+        return moved;
+      }
+      // Data units first, the header unit last (release), as a local sender would.
+      std::atomic<uint64_t>* units = k.llUnits(s);
+      for (size_t u = 1; u < size / 8; ++u) {
+        uint64_t v;
+        std::memcpy(&v, src + 8 * u, 8);
+        units[u].store(v, std::memory_order_relaxed);
+      }
+      units[0].store(u0, std::memory_order_release);
+    } else {
+      if (tag != kTagSimple || size < sizeof(SlotHeader) || size > sizeof(SlotHeader) + k.slotBytes) {
+        fail(c, remoteError("a malformed step ", s, " arrived (tag ", tag, ", ", size, " bytes)"));
+        return moved;
+      }
+      if (src != reinterpret_cast<char*>(k.header(s))) std::memcpy(k.header(s), src, size);
+      const SlotHeader* h = k.header(s);
+      if (h->step != s || sizeof(SlotHeader) + h->bytes != size) {
+        fail(c, remoteError("step ", s, " arrived holding step ", h->step, " and ", h->bytes, " bytes in a ",
+                            size, "-byte message"));
+        return moved;
+      }
+    }
+    k.counters->tail.store(++c->done, std::memory_order_release);
+    moved = true;
+  }
+  return moved;
+}
+
+void NetProxy::loop() {
+  Impl& im = *impl_;
+  BRAID_INFO(kLogProxy, "proxy thread for %s device %d started", net_->name(), dev_);
+  auto idleSince = std::chrono::steady_clock::now();
+  while (true) {
+    bool moved = false;
+    {
+      std::lock_guard<std::mutex> lock(im.mu);
+      if (im.conns.empty()) {
+        im.running = false;
+        BRAID_INFO(kLogProxy, "proxy thread for %s device %d stops: no connector left", net_->name(), dev_);
+        return;
+      }
+      for (auto& [id, c] : im.conns) {
+        if (c->failed) continue;
+        moved |= c->isSend ? progressSend(c.get()) : progressRecv(c.get());
+      }
+    }
+    if (im.waiting.load() > 0) std::this_thread::yield();
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) {
+      idleSince = now;
+      continue;
+    }
+    // Idle: give the core away quickly (ranks share few cores), but nap
+    // only after a while, to keep small-message latency.
+    const auto idle = now - idleSince;
+    if (idle < std::chrono::microseconds(100)) {
+      sched_yield();
+    } else {
+      usleep(idle < std::chrono::milliseconds(10) ? 5 : 50);
+    }
+  }
+}
+
+}  // namespace braid

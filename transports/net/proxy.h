@@ -1,0 +1,102 @@
+// The proxy: one thread per process and net device that serves every
+// connector whose peer is on another host (DESIGN.md §3 step 5).
+//
+// The local ranks' primitives see an ordinary connector in local host
+// memory (transports/transport.h); the proxy is the far end of it:
+// - send side: the primitives fill slot s and publish tail; the proxy sees
+//   tail move, sends the slot (Simple: header and payload; LL: the units the
+//   step used) and, once the Net has taken the bytes, publishes head = s + 1
+//   so the slot can be reused;
+// - receive side: once the local receiver freed slot s (head + kSteps > s),
+//   the proxy posts a receive for it; when the message lands it writes the
+//   slot (LL: unit by unit, each unit in one 8-byte store, the header unit
+//   last with release) and publishes tail = s + 1.
+// A failed connection (the peer died, the link dropped, a garbled frame)
+// stops that connector and records the error, naming the peer rank, in the
+// connector's ErrorSink; the waiting primitives then fail at their stall
+// timeout and the communicator reports the recorded cause.
+//
+// Thread safety: add/remove are called from communicator threads; the
+// proxy thread runs while at least one connector is registered.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transports/net/net.h"
+#include "transports/transport.h"
+#include "util/status.h"
+
+namespace braid {
+
+// The first error any of a communicator's net connectors hit. Flags being
+// watched are raised when it happens (a running collective's cancel flag),
+// so the waits on the failed connector end at once.
+class NetErrorSink {
+ public:
+  void record(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_.ok()) first_ = s;
+    failed_.store(true, std::memory_order_release);
+    for (std::atomic<bool>* f : watched_) f->store(true);
+  }
+  void watch(std::atomic<bool>* flag) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watched_.push_back(flag);
+    if (failed_.load()) flag->store(true);
+  }
+  void unwatch(std::atomic<bool>* flag) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watched_.erase(std::remove(watched_.begin(), watched_.end(), flag), watched_.end());
+  }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status first() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  Status first_;
+  std::atomic<bool> failed_{false};
+  std::vector<std::atomic<bool>*> watched_;
+};
+
+class NetProxy {
+ public:
+  // The proxy of `dev` of `net` (created on first use, never destroyed).
+  static NetProxy* get(Net* net, int dev);
+
+  struct Peer {
+    int rank = -1;
+    std::string description;  // "rank 3 (host b)"
+  };
+
+  // Serves `local` (memory owned by the caller until remove()). The comm
+  // becomes the proxy's; it is closed by remove(). Returns an id for remove.
+  uint64_t addSend(NetSendComm* comm, const Connector& local, Peer peer, std::shared_ptr<NetErrorSink> sink);
+  uint64_t addRecv(NetRecvComm* comm, const Connector& local, Peer peer, std::shared_ptr<NetErrorSink> sink);
+  // Stops serving the connector and closes its comm; when it returns the
+  // proxy no longer touches the connector's memory.
+  void remove(uint64_t id);
+
+ private:
+  NetProxy(Net* net, int dev) : net_(net), dev_(dev) {}
+  struct Conn;
+  uint64_t add(std::unique_ptr<Conn> c);
+  void loop();
+  bool progressSend(Conn* c);
+  bool progressRecv(Conn* c);
+  void fail(Conn* c, Status s);
+
+  struct Impl;
+  Net* net_;
+  int dev_;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace braid
