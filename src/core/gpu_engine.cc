@@ -150,7 +150,11 @@ Status GpuEngineImpl::init() {
   peerDevice_.assign(static_cast<size_t>(n), -1);
   for (int r = 0; r < n; ++r) {
     const PeerInfo& p = comm_->peers()[static_cast<size_t>(r)];
-    if (p.hostHash != comm_->peers()[static_cast<size_t>(comm_->rank())].hostHash) continue;
+    if (p.hostHash != comm_->peers()[static_cast<size_t>(comm_->rank())].hostHash) {
+      return invalidUsage("rank ", r, " runs on another host (", p.hostId,
+                          "): GPU communicators across hosts are not available in this release (the network "
+                          "proxy serves host memory only); set BRAID_BACKEND=host to run across hosts on CPUs");
+    }
     int dev = -1;
     if (hipDeviceGetByPCIBusId(&dev, p.busId) == hipSuccess) {
       peerDevice_[static_cast<size_t>(r)] = dev;
