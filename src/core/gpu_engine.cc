@@ -162,14 +162,7 @@ Status GpuEngineImpl::init() {
       (void)hipGetLastError();
     }
   }
-  nodeOf_.assign(static_cast<size_t>(n), 0);
-  std::vector<uint64_t> hosts;
-  for (int r = 0; r < n; ++r) {
-    uint64_t h = comm_->peers()[static_cast<size_t>(r)].hostHash;
-    auto it = std::find(hosts.begin(), hosts.end(), h);
-    nodeOf_[static_cast<size_t>(r)] = static_cast<int>(it - hosts.begin());
-    if (it == hosts.end()) hosts.push_back(h);
-  }
+  nodeOf_.assign(static_cast<size_t>(n), 0);  // one host (checked above): trees are chains
   void* mapped = nullptr;
   BRAID_CHECK(gpuCheck(hipHostMalloc(&mapped, 256, hipHostMallocMapped | hipHostMallocPortable),
                        "allocating the kernels' abort flag and status"));
