@@ -20,6 +20,9 @@ namespace {
 StringParam paramHostId("HOSTID", "",
                         "Overrides this process's host id (default: hostname and boot id); ranks with "
                         "different host ids are treated as different nodes");
+SizeParam paramGpuP2pStep("GPU_P2P_STEP", 256u << 10,
+                        "GPU backend: bytes of one point-to-point FIFO step between GPUs (the slot size of "
+                        "the peer connectors used by send/receive and the one-shot all-reduce)");
 SizeParam paramBuffSize("BUFFSIZE", 4u << 20,
                          "Bytes of each connector's FIFO (all its steps together); larger moves more per step");
 IntParam paramStallTimeout("STALL_TIMEOUT", 300,
@@ -135,6 +138,10 @@ Status Communicator::initialize(const std::vector<bootstrap::UniqueIdData>& ids)
 }
 
 double Communicator::stallTimeoutSeconds() const { return static_cast<double>(paramStallTimeout.get()); }
+
+size_t Communicator::gpuP2pStepBytes() const {
+  return std::max<size_t>(64, static_cast<size_t>(paramGpuP2pStep.get()) / 64 * 64);
+}
 
 size_t Communicator::p2pSlotBytes() const {
   size_t slot = static_cast<size_t>(paramBuffSize.get()) / kConnectorSteps;

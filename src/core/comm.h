@@ -136,6 +136,8 @@ class Communicator : public StallListener {
   // (a dead peer, a dropped link) put first when there is one.
   Status explainFailure(Status s) const;
   size_t p2pSlotBytes() const;
+  // GPU backend: the slot of a point-to-point connector (BRAID_GPU_P2P_STEP).
+  size_t gpuP2pStepBytes() const;
   // BRAID_STALL_TIMEOUT: how long an operation may make no progress.
   double stallTimeoutSeconds() const;
 

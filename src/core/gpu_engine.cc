@@ -25,9 +25,6 @@ using device::DevCollArgs;
 using device::DevP2pArgs;
 using device::kDevMaxChannels;
 
-SizeParam paramP2pChunk("GPU_P2P_STEP", 256u << 10,
-                        "GPU backend: bytes of one point-to-point FIFO step between GPUs (the slot size of "
-                        "the peer connectors used by send/receive and the one-shot all-reduce)");
 static_assert(device::kDevTreeChildren == kMaxTreeChildren, "device tree tables match the trees");
 
 constexpr int kPeerChannels = 16;         // connectors per pair of ranks for point-to-point
@@ -286,7 +283,7 @@ Status GpuEngineImpl::ensurePeers(int n, const std::vector<int>& sendPeers, cons
     }
   }
   if (reqs.empty()) return okStatus();
-  Status s = p2pConnect(comm_->bootstrap(), device_, static_cast<size_t>(paramP2pChunk.get()), reqs);
+  Status s = p2pConnect(comm_->bootstrap(), device_, comm_->gpuP2pStepBytes(), reqs);
   if (!s.ok()) {
     for (auto [key, send] : added) (send ? peerSendEnds_ : peerRecvEnds_).erase(key);
     return s;

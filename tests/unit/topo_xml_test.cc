@@ -1,5 +1,6 @@
 // The topology XML reader and writer, and the model built from it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -118,7 +119,9 @@ TEST_P(TopoFixture, RoundTripKeepsTheDocumentAndTheGraph) {
   EXPECT_EQ(describeSystem(a), describeSystem(b));
   EXPECT_EQ(writeXml(*b.xml), dumped);
   // Through a file as NCCL_TOPO_DUMP_FILE would write it.
-  const std::string path = ::testing::TempDir() + "/braid_topo_dump.xml";
+  // One file per fixture and process: ctest runs the fixtures in parallel.
+  const std::string path =
+      ::testing::TempDir() + "/braid_topo_dump_" + std::to_string(getpid()) + "_" + GetParam() + ".xml";
   ASSERT_TRUE(writeXmlFile(path, *a.xml).ok());
   TopoSystem c;
   ASSERT_TRUE(topoLoadFile(path, &c).ok());
