@@ -29,12 +29,12 @@ namespace detail {
 
 BRAID_HOST_DEVICE BRAID_INLINE uint32_t floatBits(float f) {
   uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
+  __builtin_memcpy(&u, &f, sizeof(u));  // std::memcpy is host-only under HIP
   return u;
 }
 BRAID_HOST_DEVICE BRAID_INLINE float bitsFloat(uint32_t u) {
   float f;
-  std::memcpy(&f, &u, sizeof(f));
+  __builtin_memcpy(&f, &u, sizeof(f));
   return f;
 }
 
