@@ -328,6 +328,7 @@ void Root::run() {
 // ---------------------------------------------------------------- registry
 
 struct RootThread {
+  SocketAddress address;
   std::unique_ptr<Root> root;
   std::thread thread;
   std::atomic<bool> finished{false};
@@ -352,6 +353,21 @@ class RootList {
     std::lock_guard<std::mutex> lock(mutex_);
     reapLocked();
     return static_cast<int>(roots_.size());
+  }
+  void await(const SocketAddress& address) {
+    std::unique_ptr<RootThread> found;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = roots_.begin(); it != roots_.end(); ++it) {
+        if (sameHostAddress((*it)->address, address) && (*it)->address.port() == address.port()) {
+          found = std::move(*it);
+          roots_.erase(it);
+          break;
+        }
+      }
+    }
+    // Joined outside the lock: other roots may start or be reaped meanwhile.
+    if (found && found->thread.joinable()) found->thread.join();
   }
 
  private:
@@ -392,6 +408,7 @@ Status startRoot(const SocketAddress& bind, const Secret& secret, double timeout
   BRAID_CHECK(Socket::listen(bind, &listener));
   BRAID_CHECK(listener.localAddress(listening));
   auto rt = std::make_unique<RootThread>();
+  rt->address = *listening;
   rt->root = std::make_unique<Root>(std::move(listener), secret, timeoutSec);
   RootThread* raw = rt.get();
   rootList();  // constructed before the thread, so destroyed after it is joined
@@ -416,5 +433,7 @@ Status receiveRootReply(const Socket& s, Deadline deadline, const std::atomic<bo
 }
 
 int reapRoots() { return rootList().running(); }
+
+void awaitRoot(const SocketAddress& listening) { rootList().await(listening); }
 
 }  // namespace braid::bootstrap

@@ -37,4 +37,10 @@ Status receiveRootReply(const Socket& s, Deadline deadline, const std::atomic<bo
 // Called after each init so finished root threads do not linger.
 int reapRoots();
 
+// Waits for the root listening on `listening` to finish and joins it. For a
+// root whose job is done (every rank has its table), so the wait is short:
+// the process that started it need not leave a finished thread behind until
+// exit (a process that ends with _exit never joins it).
+void awaitRoot(const SocketAddress& listening);
+
 }  // namespace braid::bootstrap

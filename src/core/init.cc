@@ -187,6 +187,9 @@ Status commInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       return results[static_cast<size_t>(i)].withContext(strCat("ncclCommInitAll rank ", i));
     }
   }
+  // Every rank has its table: the root is done, join it now.
+  bootstrap::UniqueIdData data;
+  if (bootstrap::decodeUniqueId(id, &data).ok()) bootstrap::awaitRoot(data.root);
   return okStatus();
 }
 
@@ -226,7 +229,14 @@ Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, cons
   std::vector<ncclUniqueId> newIds{ids[static_cast<size_t>(mine[0].rank)]};
   BRAID_INFO(kLogInit, "split: parent rank %d color %d key %d -> rank %d of %zu", parent->rank(), color, key,
              newRank, mine.size());
-  return commInitRank(out, static_cast<int>(mine.size()), newIds, newRank, cfg);
+  Status init = commInitRank(out, static_cast<int>(mine.size()), newIds, newRank, cfg);
+  if (newRank == 0 && init.ok() && groupDepth() == 0 && cfg.blocking) {
+    // Init is complete, so every member has the new table and the root this
+    // rank started is done: join its thread now rather than leave it for exit.
+    bootstrap::UniqueIdData data;
+    if (bootstrap::decodeUniqueId(newIds[0], &data).ok()) bootstrap::awaitRoot(data.root);
+  }
+  return init;
 }
 
 Status commFinalize(Communicator* comm) {
