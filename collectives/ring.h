@@ -8,7 +8,11 @@
 //   recvCopySend(dst, n)                     dst = received; send it
 //   copySend(src, dst, n)                    dst = src; send src
 //
-// Each rank sends to rank+1 and receives from rank-1. Data moves in rounds
+// `rank` is the position in the ring (the next position receives from us),
+// which need not be the rank in the communicator: rings follow the topology.
+// The position of a broadcast's or reduce's root is passed the same way;
+// all-gather and reduce-scatter, whose blocks belong to communicator ranks,
+// take `rankAt` (the rank at each ring position; null: the same). Data moves in rounds
 // of one step per chunk, so every rank computes the same partition from
 // (count, nranks, chunk) and the ranks' calls match one to one. `chunk` (at
 // most p.maxElems()) is the elements one step carries; smaller chunks
@@ -62,11 +66,13 @@ BRAID_HOST_DEVICE void ringAllReduce(Prims& p, const T* in, T* out, size_t count
 
 // All-gather: out holds n blocks `stride` apart; block r comes from rank r.
 template <typename Prims, typename T>
-BRAID_HOST_DEVICE void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
-                   size_t chunk) {
+BRAID_HOST_DEVICE void ringAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank,
+                                     int n, size_t chunk, const int* rankAt = nullptr) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
-    auto block = [&](int r) { return out + static_cast<size_t>(r) * stride + base; };
+    auto block = [&](int pos) {
+      return out + static_cast<size_t>(rankAt ? rankAt[pos] : pos) * stride + base;
+    };
     p.copySend(in + base, block(rank), len);
     for (int s = 1; s < n - 1; ++s) p.recvCopySend(block(ringMod(rank - s, n)), len);
     p.recv(block(ringMod(rank + 1, n)), len);
@@ -75,18 +81,20 @@ BRAID_HOST_DEVICE void ringAllGather(Prims& p, const T* in, T* out, size_t count
 
 // Reduce-scatter: in holds n blocks `stride` apart; rank r gets block r reduced.
 template <typename Prims, typename T>
-BRAID_HOST_DEVICE void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank, int n,
-                       size_t chunk) {
+BRAID_HOST_DEVICE void ringReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank,
+                                         int n, size_t chunk, const int* rankAt = nullptr) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
-    auto block = [&](int r) { return in + static_cast<size_t>(r) * stride + base; };
+    auto block = [&](int pos) {
+      return in + static_cast<size_t>(rankAt ? rankAt[pos] : pos) * stride + base;
+    };
     p.send(block(ringMod(rank - 1, n)), len);
     for (int s = 1; s < n - 1; ++s) p.recvReduceSend(block(ringMod(rank - s - 1, n)), len);
     p.recvReduceCopy(block(rank), out + base, len);
   }
 }
 
-// Broadcast down the chain root, root+1, ..., root-1.
+// Broadcast down the ring from the root's position.
 template <typename Prims, typename T>
 BRAID_HOST_DEVICE void ringBroadcast(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
   const int pos = ringMod(rank - root, n);
@@ -102,7 +110,7 @@ BRAID_HOST_DEVICE void ringBroadcast(Prims& p, const T* in, T* out, size_t count
   }
 }
 
-// Reduce up the chain root+1, root+2, ..., root.
+// Reduce along the ring, ending at the root's position.
 template <typename Prims, typename T>
 BRAID_HOST_DEVICE void ringReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n, int root, size_t chunk) {
   const int pos = ringMod(rank - root, n);

@@ -33,11 +33,28 @@ Status ChannelSet::ensure(Algo algo, int n) {
   return okStatus();
 }
 
+int RingLink::positionOf(int rank) const {
+  for (size_t i = 0; i < rankAt.size(); ++i) {
+    if (rankAt[i] == rank) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 Status ChannelSet::connectRing(Channel* ch) {
-  const int n = bs_->nranks(), rank = bs_->rank();
-  const int prev = (rank - 1 + n) % n, next = (rank + 1) % n;
-  const uint32_t tag = ringTag(ch->id);
+  const int rank = bs_->rank();
   auto link = std::make_unique<RingLink>();
+  link->rankAt = schedule_.rings[static_cast<size_t>(ch->id % schedule_.nChannels())];
+  const int n = static_cast<int>(link->rankAt.size());
+  link->position = link->positionOf(rank);
+  if (n != bs_->nranks() || link->position < 0) {
+    return internalError("channel ", ch->id, ": the schedule's ring has ", n, " ranks of ", bs_->nranks(),
+                         link->position < 0 ? " and misses this rank" : "");
+  }
+  const int prev = link->rankAt[static_cast<size_t>((link->position - 1 + n) % n)];
+  const int next = link->rankAt[static_cast<size_t>((link->position + 1) % n)];
+  link->prev = prev;
+  link->next = next;
+  const uint32_t tag = ringTag(ch->id);
   // The transports' three steps (core/connectors.h).
   BRAID_CHECK(factory_->postRecv(prev, tag, slotBytes_, &link->recv));
   BRAID_CHECK(factory_->openSend(next, tag, slotBytes_, &link->send));
@@ -51,7 +68,15 @@ Status ChannelSet::connectRing(Channel* ch) {
 
 Status ChannelSet::connectTree(Channel* ch) {
   auto t = std::make_unique<TreeConnectors>();
-  t->links = buildDoubleTree(nodeOf_, bs_->rank())[static_cast<size_t>(ch->id % 2)];
+  const TreeNodeLinks& mine =
+      schedule_.trees[static_cast<size_t>(ch->id % schedule_.nChannels())][static_cast<size_t>(bs_->rank())];
+  if (mine.children.size() > kMaxTreeChildren) {
+    return internalError("channel ", ch->id, ": the schedule's tree gives rank ", bs_->rank(), " ",
+                         mine.children.size(), " children (at most ", kMaxTreeChildren, ")");
+  }
+  t->links.up = mine.parent;
+  t->links.ndown = static_cast<int>(mine.children.size());
+  for (int i = 0; i < t->links.ndown; ++i) t->links.down[i] = mine.children[static_cast<size_t>(i)];
   const TreeLinks& l = t->links;
   const uint32_t up = treeTag(ch->id, true), down = treeTag(ch->id, false);
   // The transport's three steps over every connector (shm_transport.h).
@@ -76,15 +101,14 @@ Status ChannelSet::connectTree(Channel* ch) {
 }
 
 void ChannelSet::dump(int stalledChannel) const {
-  const int rank = bs_->rank(), n = bs_->nranks();
   for (const auto& chp : channels_) {
     const Channel& ch = *chp;
     std::string line =
         strCat("channel ", ch.id, ch.id == stalledChannel ? " (stalled)" : "", ": collectives issued ",
                ch.issued.load(), " completed ", ch.completed.load(), ";");
     if (ch.ring) {
-      line += strCat(" ring", fifoState("send to", (rank + 1) % n, ch.ring->send.get()),
-                     fifoState("recv from", (rank - 1 + n) % n, ch.ring->recv.get()), ";");
+      line += strCat(" ring", fifoState("send to", ch.ring->next, ch.ring->send.get()),
+                     fifoState("recv from", ch.ring->prev, ch.ring->recv.get()), ";");
     }
     if (ch.tree) {
       const TreeLinks& l = ch.tree->links;

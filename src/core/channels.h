@@ -1,7 +1,9 @@
 // A communicator's channels: the connectors one collective's share runs
-// over (DESIGN.md §3). Channel c has a ring (rank -> rank+1) and, once a
-// tree algorithm ran, its tree links (tree c % 2 of the double binary tree)
-// with an up and a down connector per tree neighbour. Connectors are set up
+// over (DESIGN.md §3). Channel c follows the communicator's schedule
+// (topology/search.h, commSchedule): its ring (each node's ranks
+// contiguous) and, once a tree algorithm ran, its tree links (tree c % 2 of
+// the double binary tree over the ring's chains) with an up and a down
+// connector per tree neighbour. Connectors are set up
 // on first use, which every rank reaches in the same collective, so all
 // ranks connect the same channels together. Each channel also counts the
 // collectives issued to it and completed, so a stuck rank can be found.
@@ -13,8 +15,9 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
-#include "topology/trees.h"
 #include "core/connectors.h"
+#include "topology/search.h"
+#include "topology/trees.h"
 #include "tuning/tuning.h"
 
 namespace braid {
@@ -28,6 +31,10 @@ struct TreeConnectors {
 struct RingLink {
   std::unique_ptr<ConnectorEnd> recv;  // the previous rank writes here
   std::unique_ptr<ConnectorEnd> send;  // we write into the next rank's
+  int prev = -1, next = -1;            // ranks
+  int position = 0;                    // this rank's place in the ring
+  std::vector<int> rankAt;             // rank at each ring position
+  int positionOf(int rank) const;
 };
 
 struct Channel {
@@ -43,10 +50,11 @@ std::string fifoState(const char* dir, int peer, const ConnectorEnd* end);
 
 class ChannelSet {
  public:
-  // `nodeOf[r]`: node index of rank r (ranks of one host share one);
-  // `factory` picks each peer's transport (shm on this host, net across).
-  ChannelSet(bootstrap::Bootstrap* bs, std::vector<int> nodeOf, ConnectorFactory* factory, size_t slotBytes)
-      : bs_(bs), nodeOf_(std::move(nodeOf)), factory_(factory), slotBytes_(slotBytes) {}
+  // `schedule`: rings and trees over ranks (channel c uses entry c modulo
+  // its channel count); `factory` picks each peer's transport (shm on this
+  // host, net across).
+  ChannelSet(bootstrap::Bootstrap* bs, Schedule schedule, ConnectorFactory* factory, size_t slotBytes)
+      : bs_(bs), schedule_(std::move(schedule)), factory_(factory), slotBytes_(slotBytes) {}
 
   // Connects what `algo` needs on channels 0..n-1 (collective: every rank
   // calls it with the same arguments). Direct needs only the channels'
@@ -63,7 +71,7 @@ class ChannelSet {
   Status connectTree(Channel* ch);
 
   bootstrap::Bootstrap* bs_;
-  std::vector<int> nodeOf_;
+  Schedule schedule_;
   ConnectorFactory* factory_;
   size_t slotBytes_;
   std::vector<std::unique_ptr<Channel>> channels_;

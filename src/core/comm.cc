@@ -9,6 +9,7 @@
 
 #include "bootstrap/root.h"
 #include "platform/gpu.h"
+#include "topology/probe/probe.h"
 #include "topology/topology.h"
 #include "util/log.h"
 #include "util/param.h"
@@ -231,6 +232,8 @@ Status Communicator::exchangePeerInfo() {
     GpuInfo gpu;
     BRAID_CHECK(gpuDeviceInfo(device_, &gpu));
     std::strncpy(me.busId, gpu.busId.c_str(), sizeof(me.busId) - 1);
+  } else {
+    me.numaNode = affinityNumaNode();
   }
   peers_.assign(static_cast<size_t>(nranks_), PeerInfo());
   peers_[static_cast<size_t>(rank_)] = me;
@@ -255,9 +258,13 @@ Status Communicator::exchangePeerInfo() {
   connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
                                                    bootstrapTimeoutSeconds());
   BRAID_CHECK(connectors_->init());
-  schedule_ = rankOrderSchedule(nodeOf, std::min(hostChannels(), kMaxChannels));
+  // Host ranks of one node chain by NUMA node, so a ring crosses the socket
+  // interconnect once each way however the launcher bound them.
+  std::vector<std::vector<int>> keys(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) keys[static_cast<size_t>(r)] = {peers_[static_cast<size_t>(r)].numaNode};
+  schedule_ = commSchedule(nodeOf, keys, std::min(hostChannels(), kMaxChannels));
   if (backend_ == Backend::Gpu) searchLocalTopology();
-  channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), std::move(nodeOf), connectors_.get(), p2pSlotBytes());
+  channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), schedule_, connectors_.get(), p2pSlotBytes());
   logSchedule();
   return okStatus();
 }
@@ -284,7 +291,8 @@ void Communicator::logSchedule() const {
   if (topoSchedule_.nChannels() == 0) return;
   for (const std::string& line : scheduleLogLines(topoSchedule_, {})) {
     if (line.rfind("Channel", 0) == 0 && rank_ == 0) {
-      BRAID_INFO(kLogGraph, "topology (%s, not yet used by channels) %s", topoSchedule_.pattern.c_str(),
+      BRAID_INFO(kLogGraph, "topology (%s; bandwidth to the selector, GPU rings in rank order) %s",
+                 topoSchedule_.pattern.c_str(),
                  line.c_str());
     }
   }

@@ -50,6 +50,7 @@ struct PeerInfo {
   uint64_t hostHash = 0;      // hash of the host id
   char hostId[96] = {};       // hostname + boot id, or BRAID_HOSTID
   char busId[32] = {};        // PCI bus id of the GPU, "" on the host backend
+  int32_t numaNode = -1;      // host backend: the NUMA node the rank's CPUs are on (-1: several, unknown)
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -107,10 +108,13 @@ class Communicator : public StallListener {
   // collective that needs them, which every rank calls.
   Status ensureChannels(Algo algo, int n);
   ChannelSet& channels() { return *channels_; }
-  // The rings and trees the channels follow (logged at init, NCCL's format).
-  // Rings run in rank order today; on the GPU backend the topology search's
-  // schedule for this node is logged beside it, not yet wired into channels.
+  // The rings and trees the host channels follow (logged at init, NCCL's
+  // format): each node's ranks contiguous, chained by NUMA node.
   const Schedule& schedule() const { return schedule_; }
+  // GPU backend: the topology search's schedule for this node (empty on the
+  // host backend). The selector reads its expected bandwidth; the GPU
+  // engine's rings still run in rank order (gpu_engine.h).
+  const Schedule& topologySchedule() const { return topoSchedule_; }
   HostExecutor& executor() { return executor_; }
   RedOpTable& redOps() { return redOps_; }
   ChoiceCache& choices() { return choices_; }

@@ -110,21 +110,28 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
     }
     case Algo::Ring: break;
   }
-  HostPrims<T, Op, P> prims({&ch.ring->send->conn, (rank + 1) % n}, {&ch.ring->recv->conn, (rank - 1 + n) % n},
-                            ctx, op);
+  const RingLink& ring = *ch.ring;
+  HostPrims<T, Op, P> prims({&ring.send->conn, ring.next}, {&ring.recv->conn, ring.prev}, ctx, op);
+  // The ring's order follows the schedule: positions, not ranks, drive it.
+  const int pos = ring.position;
+  const int* rankAt = ring.rankAt.data();
   size_t chunk = prims.maxElems();
   if (P == Protocol::Simple) {
     size_t want = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get()) : kDefaultChunkBytes;
     chunk = std::min(chunk, std::max<size_t>(1, want / sizeof(T)));
   }
   switch (a.type) {
-    case CollType::AllReduce: coll::ringAllReduce(prims, in, out, len, rank, n, chunk); break;
-    case CollType::AllGather: coll::ringAllGather(prims, in, out, len, a.count, rank, n, chunk); break;
+    case CollType::AllReduce: coll::ringAllReduce(prims, in, out, len, pos, n, chunk); break;
+    case CollType::AllGather: coll::ringAllGather(prims, in, out, len, a.count, pos, n, chunk, rankAt); break;
     case CollType::ReduceScatter:
-      coll::ringReduceScatter(prims, in, out, len, a.count, rank, n, chunk);
+      coll::ringReduceScatter(prims, in, out, len, a.count, pos, n, chunk, rankAt);
       break;
-    case CollType::Broadcast: coll::ringBroadcast(prims, in, out, len, rank, n, a.root, chunk); break;
-    case CollType::Reduce: coll::ringReduce(prims, in, out, len, rank, n, a.root, chunk); break;
+    case CollType::Broadcast:
+      coll::ringBroadcast(prims, in, out, len, pos, n, ring.positionOf(a.root), chunk);
+      break;
+    case CollType::Reduce:
+      coll::ringReduce(prims, in, out, len, pos, n, ring.positionOf(a.root), chunk);
+      break;
   }
   return prims.status();
 }
@@ -284,6 +291,8 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                  gpu ? kMaxChannels : comm->hostChannels(),
                  gpu ? 0 : Communicator::hostCores()};
     in.gpu = gpu;
+    in.ringBusGBs = comm->topologySchedule().ringBusBw;
+    in.treeBusGBs = comm->topologySchedule().treeBusBw;
     plan.choice = comm->choices().select(in);
     // A channel gets at least a cache line's worth, so tiny counts use one.
     const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));

@@ -457,25 +457,40 @@ Status searchSchedule(const TopoSystem& sys, const SearchOptions& opt, Schedule*
   return okStatus();
 }
 
-Schedule rankOrderSchedule(const std::vector<int>& nodeOf, int nChannels) {
+Schedule commSchedule(const std::vector<int>& nodeOf, const std::vector<std::vector<int>>& chainKeys,
+                      int nChannels) {
   Schedule s;
   const int n = static_cast<int>(nodeOf.size());
   s.gpusPerNode = n;
-  s.pattern = "rank order";
+  s.pattern = chainKeys.empty() ? "rank order" : "node order";
   for (int node : nodeOf) s.nodes = std::max(s.nodes, node + 1);
-  std::vector<int> ring(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) ring[static_cast<size_t>(r)] = r;
-  const std::vector<std::array<TreeLinks, 2>> links = buildDoubleTrees(nodeOf);
+  auto key = [&](int r, int c) {
+    if (chainKeys.empty()) return 0;
+    const std::vector<int>& k = chainKeys[static_cast<size_t>(r)];
+    return k.empty() ? 0 : k[static_cast<size_t>(c) % k.size()];
+  };
   for (int c = 0; c < nChannels; ++c) {
-    s.rings.push_back(ring);
+    std::vector<int> ring(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) ring[static_cast<size_t>(r)] = r;
+    std::stable_sort(ring.begin(), ring.end(), [&](int a, int b) {
+      return std::make_tuple(nodeOf[static_cast<size_t>(a)], key(a, c), a) <
+             std::make_tuple(nodeOf[static_cast<size_t>(b)], key(b, c), b);
+    });
+    // Trees over the ring's chains: label = position in the ring.
+    std::vector<int> nodeOfLabel(static_cast<size_t>(n));
+    for (int l = 0; l < n; ++l)
+      nodeOfLabel[static_cast<size_t>(l)] = nodeOf[static_cast<size_t>(ring[static_cast<size_t>(l)])];
+    const std::vector<std::array<TreeLinks, 2>> links = buildDoubleTrees(nodeOfLabel);
+    std::vector<TreeNodeLinks> tree(static_cast<size_t>(n));
+    for (int l = 0; l < n; ++l) {
+      const TreeLinks& t = links[static_cast<size_t>(l)][static_cast<size_t>(c % 2)];
+      TreeNodeLinks& out = tree[static_cast<size_t>(ring[static_cast<size_t>(l)])];
+      out.parent = t.up < 0 ? -1 : ring[static_cast<size_t>(t.up)];
+      for (int i = 0; i < t.ndown; ++i) out.children.push_back(ring[static_cast<size_t>(t.down[i])]);
+    }
+    s.rings.push_back(std::move(ring));
     s.ringNet.push_back(-1);
     s.ringBw.push_back(0);
-    std::vector<TreeNodeLinks> tree(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      const TreeLinks& t = links[static_cast<size_t>(r)][static_cast<size_t>(c % 2)];
-      tree[static_cast<size_t>(r)].parent = t.up;
-      for (int i = 0; i < t.ndown; ++i) tree[static_cast<size_t>(r)].children.push_back(t.down[i]);
-    }
     s.trees.push_back(std::move(tree));
     s.treeBw.push_back(0);
   }

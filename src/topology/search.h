@@ -71,8 +71,17 @@ Status parseRings(const std::string& text, int nGpus, std::vector<std::vector<in
 // The ring of one channel as NCCL logs it ("0 1 2 3").
 std::string ringText(const std::vector<int>& ring);
 
-// Ring and tree of a communicator when no topology is known (host ranks, the
-// GPU-less CI machine): ranks in order, trees from buildDoubleTree.
-Schedule rankOrderSchedule(const std::vector<int>& nodeOf, int nChannels);
+// A communicator's schedule over its ranks (indices are ranks), from what
+// every rank told the others at init (NCCL's way: each rank's place is
+// all-gathered, and every rank derives the same schedule from the table).
+// `nodeOf[r]`: rank r's node, numbered by first appearance. `chainKeys[r]`:
+// rank r's key in its node per channel (a local ring position, a NUMA node;
+// channel c uses chainKeys[r][c % size]; empty: rank order).
+// Channel c's ring visits the nodes in order, each node's ranks contiguously
+// sorted by (key, rank), so a ring crosses the network once per node however
+// the launcher placed ranks (mpirun --map-by node interleaves them). Its trees
+// are the double binary tree across nodes over the same chains (tree c % 2).
+Schedule commSchedule(const std::vector<int>& nodeOf, const std::vector<std::vector<int>>& chainKeys,
+                      int nChannels);
 
 }  // namespace braid

@@ -231,8 +231,10 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         const ProtoCost& cost = in.gpu ? kGpuCost[pi] : kHostCost[pi];
         const bool shared = in.cores > 0 && in.localRanks > in.cores;  // ranks take turns on the cores
         const double share = shared ? static_cast<double>(in.cores) / in.localRanks : 1.0;
-        double us =
-            steps * (shared ? kOversubscribedStepUs : cost.stepUs) + bytes / (cost.bytesPerUs * share * nch);
+        double rate = cost.bytesPerUs * share * nch;  // bytes per us
+        const double links = ai == static_cast<int>(Algo::Tree) ? in.treeBusGBs : in.ringBusGBs;
+        if (links > 0) rate = std::min(rate, links * 1000.0);  // GB/s = 1000 bytes per us
+        const double us = steps * (shared ? kOversubscribedStepUs : cost.stepUs) + bytes / rate;
         if (!found || us < best.estimatedUs) {
           best.algo = static_cast<Algo>(ai);
           best.proto = static_cast<Protocol>(pi);

@@ -5,7 +5,8 @@
 // the selector estimates, for every algorithm and protocol that applies and
 // that NCCL_ALGO / NCCL_PROTO allow,
 //     time = steps x latency(protocol) + bytes on the busiest link / bandwidth(protocol, channels)
-// and takes the fastest; the channel count grows with the message so each
+// (the bandwidth capped by what the topology expects of the links for that
+// algorithm, when known) and takes the fastest; the channel count grows with the message so each
 // channel has enough work (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS bound it).
 // When the environment allows nothing that applies (NCCL_ALGO=Tree for an
 // all-gather), the best unrestricted choice runs and the reason is logged.
@@ -50,6 +51,11 @@ struct TuneInput {
   int maxChannels;  // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
   int cores = 0;    // cores of this host (0: unknown); fewer than localRanks means ranks share cores
   bool gpu = false;  // the GPU backend (its own cost constants)
+  // What the topology search expects the links to carry for each algorithm
+  // (bus bandwidth of all channels together, GB/s; 0: unknown). The
+  // engine's own rate is capped by it, so a machine whose links are slower
+  // than the engine (PCIe) is estimated by its links.
+  double ringBusGBs = 0, treeBusGBs = 0;
 };
 
 struct TuneChoice {
@@ -71,7 +77,8 @@ class ChoiceCache {
   const TuneChoice& select(const TuneInput& in) {
     Entry& e = entries_[static_cast<int>(in.coll)];
     if (!e.valid || e.in.bytes != in.bytes || e.in.nranks != in.nranks || e.in.nnodes != in.nnodes ||
-        e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores || e.in.gpu != in.gpu) {
+        e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores ||
+        e.in.gpu != in.gpu || e.in.ringBusGBs != in.ringBusGBs || e.in.treeBusGBs != in.treeBusGBs) {
       e.in = in;
       e.choice = selectAlgorithm(in);
       e.valid = true;

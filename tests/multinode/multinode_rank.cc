@@ -4,7 +4,9 @@
 //
 //   multinode_rank MODE RANK NRANKS IDFILE
 //   MODE sweep:   the collective sweep (coll_sweep.h), send/receive with every
-//                 peer and a large all-reduce, each result checked
+//                 peer and a large all-reduce, each result checked; then
+//                 that every channel's ring left each node once (however
+//                 the harness placed the ranks)
 //   MODE loop:    all-reduces of 1M floats (checked) until a failure or
 //                 BRAID_TEST_LOOP_SECONDS (for faults: a killed rank, a downed
 //                 link, stray clients); with BRAID_TEST_SPLIT set, each
@@ -13,6 +15,7 @@
 // Prints "rank R: ok" or "rank R: FAILED after S s: <error>" and exits 0 or 1.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "coll_sweep.h"
+#include "core/comm.h"
 #include "nccl.h"
 
 namespace {
@@ -99,6 +103,32 @@ std::string allReduce(ncclComm_t comm, int rank, int n, size_t count) {
   return "";
 }
 
+// Every connected channel's ring crosses the network once per node: each
+// rank counts its ring hops to the next rank that go over the network, and
+// the sums must equal the node count.
+std::string ringCrossings(ncclComm_t comm) {
+  braid::ChannelSet& channels = comm->channels();
+  const int nch = channels.connected();
+  std::vector<int> hops(static_cast<size_t>(std::max(nch, 1)), 0);
+  for (int c = 0; c < nch; ++c) {
+    const braid::RingLink* ring = channels[c].ring.get();
+    if (ring != nullptr) hops[static_cast<size_t>(c)] = comm->connectors().usesNet(ring->next) ? 1 : 0;
+  }
+  std::string err =
+      check(ncclAllReduce(hops.data(), hops.data(), hops.size(), ncclInt32, ncclSum, comm, nullptr), comm,
+            "crossings");
+  if (!err.empty()) return err;
+  for (int c = 0; c < nch; ++c) {
+    if (channels[c].ring == nullptr) continue;
+    if (hops[static_cast<size_t>(c)] != comm->nnodes()) {
+      return "channel " + std::to_string(c) + "'s ring crosses the network " +
+             std::to_string(hops[static_cast<size_t>(c)]) + " times for " + std::to_string(comm->nnodes()) +
+             " nodes";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +150,7 @@ int main(int argc, char** argv) {
     err = braid::test::collSweep(comm, rank, n, braid::test::SweepCounts::kQuick);
     if (err.empty()) err = p2pAll(comm, rank, n);
     if (err.empty()) err = allReduce(comm, rank, n, (8u << 20) + 3);
+    if (err.empty()) err = ringCrossings(comm);
   } else if (err.empty() && mode == "loop") {
     const char* s = std::getenv("BRAID_TEST_LOOP_SECONDS");
     const double seconds = s != nullptr ? std::atof(s) : 10;

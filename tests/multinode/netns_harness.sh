@@ -7,6 +7,9 @@
 # has no address in the root namespace, so nothing leaves the machine.
 #
 #   netns_harness.sh RANK_PROGRAM SCENARIO NODES RANKS_PER_NODE [VAR=value...]
+#   Ranks fill the nodes in blocks (rank r on node r / RANKS_PER_NODE), or
+#   round-robin (rank r on node r % NODES, as mpirun --map-by node) when the
+#   variables include PLACEMENT=cyclic (read here, not passed on).
 #   SCENARIO sweep     every rank runs the sweep; all must succeed
 #            kill      all-reduces in a loop; the last rank is killed (SIGKILL):
 #                      every other rank must fail, naming a rank, in time
@@ -22,7 +25,11 @@
 set -u
 prog=$1 scenario=$2 nodes=$3 per=$4
 shift 4
-extra_env=("$@")
+extra_env=()
+placement=block
+for v in "$@"; do
+  if [[ $v == PLACEMENT=* ]]; then placement=${v#PLACEMENT=}; else extra_env+=("$v"); fi
+done
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "SKIP: multinode tests need root (network namespaces)"; exit 77
@@ -78,6 +85,8 @@ esac
 start=$(date +%s)
 for ((r = 0; r < nranks; r++)); do
   node=$((r / per))
+  [[ $placement == cyclic ]] && node=$((r % nodes))
+  nodeOf[$r]=$node
   ip netns exec "bn$id-$node" env "${common[@]}" BRAID_HOSTID="node$node" "${extra_env[@]}" \
     "$prog" "$mode" "$r" "$nranks" "$work/id" > "$work/rank$r.log" 2>&1 &
   pids+=($!)
@@ -153,7 +162,7 @@ done
 end=$SECONDS
 
 for ((r = 0; r < nranks; r++)); do
-  echo "--- rank $r (node $((r / per)), exit ${codes[$r]:-none})"
+  echo "--- rank $r (node ${nodeOf[$r]}, exit ${codes[$r]:-none})"
   grep -v "^$" "$work/rank$r.log" | tail -n 15
 done
 

@@ -264,13 +264,75 @@ TEST(TopoSearch, Deterministic) {
   }
 }
 
-TEST(TopoSearch, RankOrderScheduleMatchesTheCommunicatorsRings) {
-  Schedule s = rankOrderSchedule({0, 0, 1, 1}, 2);
+TEST(TopoSearch, CommScheduleInRankOrderWhenRanksAreInNodeOrder) {
+  Schedule s = commSchedule({0, 0, 1, 1}, {}, 2);
   ASSERT_EQ(s.nChannels(), 2);
   EXPECT_EQ(ringText(s.rings[0]), "0 1 2 3");
+  EXPECT_EQ(ringText(s.rings[1]), "0 1 2 3");
   s.gpusPerNode = 2;
   s.nodes = 2;
   expectValidTrees(s);
+}
+
+// Node boundaries a ring crosses (each crossing is a trip over the network).
+int nodeCrossings(const std::vector<int>& ring, const std::vector<int>& nodeOf) {
+  int n = 0;
+  for (size_t i = 0; i < ring.size(); ++i) {
+    n += nodeOf[static_cast<size_t>(ring[i])] != nodeOf[static_cast<size_t>(ring[(i + 1) % ring.size()])];
+  }
+  return n;
+}
+
+// Tree links must match the ring's chains: inside a node every rank but the
+// chain's head has its predecessor in the ring as parent.
+void expectTreesFollowChains(const Schedule& s, const std::vector<int>& nodeOf) {
+  for (int c = 0; c < s.nChannels(); ++c) {
+    const std::vector<int>& ring = s.rings[static_cast<size_t>(c)];
+    for (size_t i = 1; i < ring.size(); ++i) {
+      if (nodeOf[static_cast<size_t>(ring[i])] != nodeOf[static_cast<size_t>(ring[i - 1])]) continue;
+      EXPECT_EQ(s.trees[static_cast<size_t>(c)][static_cast<size_t>(ring[i])].parent, ring[i - 1])
+          << "channel " << c << " rank " << ring[i];
+    }
+  }
+}
+
+// mpirun --map-by node puts consecutive ranks on different hosts: a ring in
+// rank order would cross the network at every hop.
+TEST(TopoSearch, CommScheduleKeepsEachNodesRanksTogether) {
+  const std::vector<int> nodeOf{0, 1, 0, 1, 0, 1, 2, 2};
+  Schedule s = commSchedule(nodeOf, {}, 3);
+  ASSERT_EQ(s.nChannels(), 3);
+  EXPECT_EQ(ringText(s.rings[0]), "0 2 4 1 3 5 6 7");
+  for (const auto& ring : s.rings) EXPECT_EQ(nodeCrossings(ring, nodeOf), 3);
+  s.gpusPerNode = 8;
+  s.nodes = 1;
+  expectValidTrees(s);
+  expectTreesFollowChains(s, nodeOf);
+  // The rank-order ring would cross 7 times.
+  std::vector<int> rankOrder{0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(nodeCrossings(rankOrder, nodeOf), 7);
+}
+
+// Keys order each node's chain (host ranks: their NUMA nodes); per-channel
+// keys give channels different chains (a topology's rings).
+TEST(TopoSearch, CommScheduleOrdersChainsByKey) {
+  // One host, ranks bound alternately to two sockets (--map-by socket).
+  const std::vector<int> oneNode(6, 0);
+  Schedule s = commSchedule(oneNode, {{0}, {1}, {0}, {1}, {0}, {1}}, 2);
+  EXPECT_EQ(ringText(s.rings[0]), "0 2 4 1 3 5");  // crosses the sockets twice, not six times
+  // Per-channel keys: channel 1 reverses the chain; channel 2 wraps to keys[0].
+  const std::vector<int> twoNodes{0, 0, 0, 1, 1, 1};
+  Schedule t = commSchedule(twoNodes, {{0, 2}, {1, 1}, {2, 0}, {0, 2}, {1, 1}, {2, 0}}, 3);
+  EXPECT_EQ(ringText(t.rings[0]), "0 1 2 3 4 5");
+  EXPECT_EQ(ringText(t.rings[1]), "2 1 0 5 4 3");
+  EXPECT_EQ(ringText(t.rings[2]), "0 1 2 3 4 5");
+  t.gpusPerNode = 6;
+  t.nodes = 1;
+  expectValidTrees(t);
+  expectTreesFollowChains(t, twoNodes);
+  // Ties keep rank order: unknown keys (-1) are a single class.
+  Schedule u = commSchedule({0, 0, 0}, {{-1}, {-1}, {-1}}, 1);
+  EXPECT_EQ(ringText(u.rings[0]), "0 1 2");
 }
 
 // DESIGN goal: < 50 ms for one 8-GPU node, < 2 s for 1,024 nodes x 8 GPUs
@@ -317,7 +379,7 @@ TEST(TopoTrees, AllAtOnceEqualsOneByOne) {
 }
 
 TEST(TopoSearch, LogLinesReadAsNccls) {
-  Schedule s = rankOrderSchedule({0, 0, 0, 0}, 2);
+  Schedule s = commSchedule({0, 0, 0, 0}, {}, 2);
   std::vector<std::string> lines = scheduleLogLines(s, {0, 3});
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0], "Channel 00/02 : 0 1 2 3");

@@ -88,6 +88,35 @@ TEST(Selector, SmallAllReduceIsDirectLargeIsRingSimple) {
   }
 }
 
+// The topology's expected bus bandwidth caps the engine's rate per algorithm.
+TEST(Selector, ReadsTheTopologysExpectedBandwidth) {
+  TuneInput in = input(CollType::AllReduce, 256 << 20, 16, 2, 8);
+  in.localRanks = 8;
+  in.gpu = true;
+  in.maxChannels = kMaxChannels;
+  const TuneChoice free = selectAlgorithm(in);
+  EXPECT_EQ(free.algo, Algo::Ring);
+  // Links slower than the engine (PCIe, 20 GB/s): estimated by the links.
+  in.ringBusGBs = in.treeBusGBs = 20;
+  const TuneChoice pcie = selectAlgorithm(in);
+  EXPECT_EQ(pcie.algo, Algo::Ring);
+  const double ringBytes = 2.0 * 15 / 16 * (256 << 20);
+  EXPECT_GT(pcie.estimatedUs, ringBytes / (20 * 1000.0));
+  EXPECT_GT(pcie.estimatedUs, 2 * free.estimatedUs);
+  // A topology that expects far more of its trees than of its rings makes
+  // the tree the better all-reduce (the tree moves twice the ring's bytes).
+  in.ringBusGBs = 5;
+  in.treeBusGBs = 50;
+  EXPECT_EQ(selectAlgorithm(in).algo, Algo::Tree);
+  // A cached choice is not reused when only the figures changed.
+  ChoiceCache cache;
+  in.ringBusGBs = in.treeBusGBs = 0;
+  EXPECT_EQ(cache.select(in).algo, Algo::Ring);
+  in.ringBusGBs = 5;
+  in.treeBusGBs = 50;
+  EXPECT_EQ(cache.select(in).algo, Algo::Tree);
+}
+
 TEST(Selector, HonoursTheEnvironment) {
   {
     EnvGuard g("NCCL_ALGO", "Tree");

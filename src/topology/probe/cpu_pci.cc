@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -216,6 +217,33 @@ std::vector<CpuInfo> probeCpus(std::vector<std::string>* notes) {
   if (cpus.empty()) cpus.push_back(identity);  // no NUMA information: one CPU node
   std::sort(cpus.begin(), cpus.end(), [](const CpuInfo& a, const CpuInfo& b) { return a.numaId < b.numaId; });
   return cpus;
+}
+
+int affinityNumaNode() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+  // node<N> -> the CPUs it holds, from each node's cpulist.
+  std::vector<int> nodeOfCpu(CPU_SETSIZE, -1);
+  DIR* dir = opendir("/sys/devices/system/node");
+  if (dir == nullptr) return -1;
+  while (dirent* e = readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.rfind("node", 0) != 0 || name.size() < 5 || !std::isdigit(static_cast<unsigned char>(name[4])))
+      continue;
+    for (int cpu : parseCpuList(readSysfs("/sys/devices/system/node/" + name + "/cpulist"))) {
+      if (cpu >= 0 && cpu < CPU_SETSIZE) nodeOfCpu[static_cast<size_t>(cpu)] = std::atoi(name.c_str() + 4);
+    }
+  }
+  closedir(dir);
+  int node = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    const int n = nodeOfCpu[static_cast<size_t>(cpu)];
+    if (n < 0 || (node >= 0 && n != node)) return -1;
+    node = n;
+  }
+  return node;
 }
 
 bool pciChain(const std::string& busId, std::vector<PciHop>* chain, int* numa) {

@@ -63,6 +63,9 @@ struct CpuInfo {
 };
 // NUMA nodes with their CPU sets: hwloc when it loads, else sysfs.
 std::vector<CpuInfo> probeCpus(std::vector<std::string>* notes);
+// The NUMA node every CPU of this thread's affinity belongs to (sysfs), or -1
+// when the affinity spans several nodes or the machine says nothing.
+int affinityNumaNode();
 // NUMA node of a PCI device by hwloc (-1 if hwloc is absent or does not know).
 int hwlocNumaOf(const std::string& busId);
 
