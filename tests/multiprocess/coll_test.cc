@@ -13,6 +13,7 @@
 #include "braid.h"
 #include "coll_sweep.h"
 #include "harness.h"
+#include "util/param.h"
 #include "util/strings.h"
 
 namespace braid::test {
@@ -84,6 +85,25 @@ INSTANTIATE_TEST_SUITE_P(
                       AlgoCase{"DirectSimple3", 3, {"NCCL_ALGO=Direct", "NCCL_PROTO=Simple"}, false},
                       AlgoCase{"DirectLL5", 5, {"NCCL_ALGO=Direct", "NCCL_PROTO=LL"}, false}),
     [](const ::testing::TestParamInfo<AlgoCase>& p) { return std::string(p.param.name); });
+
+// Ranks placed round-robin on two hosts (BRAID_HOSTID; peers on the other
+// "host" go over the net transport): the channels' rings visit each host's
+// ranks together (0 2 1 3), so ring positions differ from ranks, and every
+// collective must still put each rank's block where it belongs.
+TEST(CollPlacement, RoundRobinHostsSweep) {
+  std::vector<std::string> env = kEnv;
+  env.push_back("NCCL_DEBUG=WARN");
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      4,
+      [&](int rank, int nranks) {
+        setenv("BRAID_HOSTID", rank % 2 == 0 ? "even-host" : "odd-host", 1);
+        ParamRegistry::instance().reload();
+        return sweep(root.id, rank, nranks, SweepCounts::kQuick);
+      },
+      600, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
 
 // Teams made by ncclCommSplit from a parent of n ranks: each runs the sweep
 // (quick counts) with its new ranks, the odd and even teams at the same time.
