@@ -50,6 +50,7 @@ struct NetProxy::Impl {
   std::map<uint64_t, std::unique_ptr<Conn>> conns;
   uint64_t nextId = 1;
   bool running = false;
+  uint64_t generation = 0;  // bumped to stop the running thread (it checks under mu)
   std::thread thread;
   std::atomic<int> waiting{0};  // add/remove calls waiting for the lock
 };
@@ -98,9 +99,8 @@ uint64_t NetProxy::add(std::unique_ptr<Conn> c) {
   const uint64_t id = im.nextId++;
   im.conns[id] = std::move(c);
   if (!im.running) {
-    if (im.thread.joinable()) im.thread.join();  // it left when its last connector went
     im.running = true;
-    im.thread = std::thread([this] { loop(); });
+    im.thread = std::thread([this, gen = im.generation] { loop(gen); });
   }
   return id;
 }
@@ -133,18 +133,29 @@ void NetProxy::remove(uint64_t id) {
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  im.waiting.fetch_add(1);
-  std::lock_guard<std::mutex> lock(im.mu);
-  im.waiting.fetch_sub(1);
-  auto it = im.conns.find(id);
-  if (it == im.conns.end()) return;
-  Conn* c = it->second.get();
-  if (c->isSend) {
-    net_->closeSend(c->send);
-  } else {
-    net_->closeRecv(c->recv);
+  std::thread stopped;
+  {
+    im.waiting.fetch_add(1);
+    std::lock_guard<std::mutex> lock(im.mu);
+    im.waiting.fetch_sub(1);
+    auto it = im.conns.find(id);
+    if (it == im.conns.end()) return;
+    Conn* c = it->second.get();
+    if (c->isSend) {
+      net_->closeSend(c->send);
+    } else {
+      net_->closeRecv(c->recv);
+    }
+    im.conns.erase(it);
+    if (im.conns.empty() && im.running) {
+      // The last connector went: stop the thread and join it here, so no
+      // finished thread is left behind (the next add starts a new one).
+      ++im.generation;
+      im.running = false;
+      stopped = std::move(im.thread);
+    }
   }
-  im.conns.erase(it);
+  if (stopped.joinable()) stopped.join();
 }
 
 void NetProxy::fail(Conn* c, Status s) {
@@ -266,7 +277,7 @@ bool NetProxy::progressRecv(Conn* c) {
   return moved;
 }
 
-void NetProxy::loop() {
+void NetProxy::loop(uint64_t generation) {
   Impl& im = *impl_;
   BRAID_INFO(kLogProxy, "proxy thread for %s device %d started", net_->name(), dev_);
   auto idleSince = std::chrono::steady_clock::now();
@@ -274,8 +285,7 @@ void NetProxy::loop() {
     bool moved = false;
     {
       std::lock_guard<std::mutex> lock(im.mu);
-      if (im.conns.empty()) {
-        im.running = false;
+      if (im.generation != generation) {
         BRAID_INFO(kLogProxy, "proxy thread for %s device %d stops: no connector left", net_->name(), dev_);
         return;
       }

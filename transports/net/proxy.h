@@ -81,14 +81,15 @@ class NetProxy {
   uint64_t addSend(NetSendComm* comm, const Connector& local, Peer peer, std::shared_ptr<NetErrorSink> sink);
   uint64_t addRecv(NetRecvComm* comm, const Connector& local, Peer peer, std::shared_ptr<NetErrorSink> sink);
   // Stops serving the connector and closes its comm; when it returns the
-  // proxy no longer touches the connector's memory.
+  // proxy no longer touches the connector's memory. Removing the last
+  // connector stops the proxy thread and joins it (the next add starts one).
   void remove(uint64_t id);
 
  private:
   NetProxy(Net* net, int dev) : net_(net), dev_(dev) {}
   struct Conn;
   uint64_t add(std::unique_ptr<Conn> c);
-  void loop();
+  void loop(uint64_t generation);  // serves until Impl::generation moves past `generation`
   bool progressSend(Conn* c);
   bool progressRecv(Conn* c);
   void fail(Conn* c, Status s);
