@@ -138,7 +138,14 @@ Status ParamBase::error() const {
 
 template <>
 Status IntParam::parse(const std::string& text) {
-  return parseInt(text, &value_);
+  int64_t v = 0;
+  Status parsed = parseInt(text, &v);
+  if (!parsed.ok()) return parsed;
+  if (ranged_ && (v < min_ || v > max_)) {
+    return invalidArgument("expected an integer from ", min_, " to ", max_, ", got ", v);
+  }
+  value_ = v;
+  return okStatus();
 }
 template <>
 std::string IntParam::formatValue() const {

@@ -112,6 +112,16 @@ class Param : public ParamBase {
       : ParamBase(name, kType, help), default_(defaultValue), value_(defaultValue) {
     setDefaultText(formatValue());
   }
+  // A value outside [minValue, maxValue] is rejected like one that does not parse.
+  Param(const char* name, T defaultValue, const char* help, T minValue, T maxValue)
+      : ParamBase(name, kType, help),
+        default_(defaultValue),
+        value_(defaultValue),
+        min_(minValue),
+        max_(maxValue),
+        ranged_(true) {
+    setDefaultText(formatValue());
+  }
 
   T get() const {
     ensureLoaded();
@@ -126,6 +136,9 @@ class Param : public ParamBase {
  private:
   T default_;
   T value_;
+  T min_{};
+  T max_{};
+  bool ranged_ = false;
 };
 
 using IntParam = Param<int64_t, ParamType::Int>;

@@ -12,12 +12,13 @@ IntParam testInt("TEST_INT", 42, "an integer for tests");
 BoolParam testBool("TEST_BOOL", false, "a flag for tests");
 SizeParam testSize("TEST_SIZE", 4096, "a size for tests");
 StringParam testChoice("TEST_CHOICE", "ring", "a choice for tests", {"ring", "tree"});
+IntParam testRanged("TEST_RANGED", 7, "an integer from 0 to 15 for tests", 0, 15);
 
 class ParamTest : public ::testing::Test {
  protected:
   void TearDown() override {
     for (const char* v : {"BRAID_TEST_INT", "NCCL_TEST_INT", "NCCL_TEST_BOOL", "BRAID_TEST_SIZE",
-                          "NCCL_TEST_CHOICE"}) {
+                          "NCCL_TEST_CHOICE", "NCCL_TEST_RANGED"}) {
       unsetenv(v);
     }
     ParamRegistry::instance().reload();
@@ -88,6 +89,20 @@ TEST_F(ParamTest, EveryBadKindIsRejected) {
     EXPECT_FALSE(s.ok()) << name << "=" << value;
     EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
     unsetenv(name);
+  }
+}
+
+TEST_F(ParamTest, RangedIntegerRejectsValuesOutside) {
+  set("NCCL_TEST_RANGED", "15");
+  EXPECT_EQ(testRanged.get(), 15);
+  EXPECT_TRUE(ParamRegistry::instance().validate().ok());
+  for (const char* bad : {"16", "-1"}) {
+    set("NCCL_TEST_RANGED", bad);
+    EXPECT_EQ(testRanged.get(), 7);  // the default stands in
+    Status s = ParamRegistry::instance().validate();
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("NCCL_TEST_RANGED"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("from 0 to 15"), std::string::npos) << s.message();
   }
 }
 

@@ -6,7 +6,11 @@
 //   braid-topo --nodes N        the node replicated N times, joined by the network
 //   braid-topo --json           one JSON object: gpus, rings, trees, bandwidth
 //   braid-topo --dot FILE       graphviz picture of the node (and FILE.png when `dot` exists)
-//   braid-topo --net            NICs, ports, link layers and GIDs
+//   braid-topo --net            NICs, ports, link layers, GIDs and the GID Braid would use
+//   braid-topo --net --sysfs-root DIR [--ifaddr NAME=ADDR/PREFIX ...]
+//                               the RDMA ports and GIDs of a saved or fake sysfs tree
+//                               (DIR/sys/class/infiniband); --ifaddr gives an interface's
+//                               address instead of this machine's
 //
 // NCCL_RINGS overrides the ring search as it does in a communicator.
 // Exits 1 on a bad file or option, 2 on a rejected parameter.
@@ -20,6 +24,8 @@
 
 #include "topology/probe/probe.h"
 #include "topology/topology.h"
+#include "transports/net/ibverbs/gid.h"
+#include "transports/net/ibverbs/ib_config.h"
 #include "util/param.h"
 #include "util/strings.h"
 
@@ -28,13 +34,16 @@ using namespace braid;
 namespace {
 
 struct Options {
-  std::string xml, dot;
+  std::string xml, dot, sysfsRoot;
   int nodes = 1;
   bool json = false, net = false;
+  std::vector<InterfaceAddress> ifaddrs;
 };
 
 void usage(FILE* f) {
-  std::fprintf(f, "usage: braid-topo [--xml FILE] [--nodes N] [--json | --dot FILE | --net]\n");
+  std::fprintf(f,
+               "usage: braid-topo [--xml FILE] [--nodes N] [--json | --dot FILE | --net [--sysfs-root DIR] "
+               "[--ifaddr NAME=ADDR/PREFIX]...]\n");
 }
 
 std::string jsonString(const std::string& s) {
@@ -179,6 +188,63 @@ int writeDot(const TopoSystem& sys, const std::string& path) {
   return 0;
 }
 
+// The RDMA ports under root's sysfs, their GIDs, and which one Braid would
+// use and why (or why none can be used).
+void printGids(const std::string& root, const std::vector<InterfaceAddress>& given) {
+  const std::vector<SysfsRdmaPort> ports = listSysfsRdmaPorts(root);
+  if (ports.empty()) {
+    std::printf("No RDMA device (nothing under %s/sys/class/infiniband): no GID to choose.\n", root.c_str());
+    return;
+  }
+  IbSettings settings;
+  Status s = ibSettings(&settings);
+  if (!s.ok()) {
+    std::printf("NCCL_IB_* settings rejected: %s\n", s.message().c_str());
+    return;
+  }
+  std::printf("RDMA ports and GIDs%s:\n", root.empty() ? "" : strCat(" (sysfs under ", root, ")").c_str());
+  for (const SysfsRdmaPort& port : ports) {
+    const bool used = settings.hca.matches(port.device, port.port);
+    std::printf("  %s port %d: %s, %s%s%s\n", port.device.c_str(), port.port,
+                port.state.empty() ? "state unknown" : port.state.c_str(),
+                port.linkLayer.empty() ? "link layer unknown" : port.linkLayer.c_str(),
+                port.netdev.empty() ? "" : (", netdev " + port.netdev).c_str(),
+                used ? "" : strCat(" (excluded by NCCL_IB_HCA='", settings.hca.spec(), "')").c_str());
+    PortGids gids;
+    gids.device = port.device;
+    gids.port = port.port;
+    gids.infiniband = port.linkLayer == "InfiniBand";
+    Status read = readGidTable(root, port.device, port.port, &gids.table);
+    if (!read.ok()) {
+      std::printf("    %s\n", read.message().c_str());
+      continue;
+    }
+    int empty = 0;
+    for (const GidEntry& e : gids.table) {
+      if (gidDescription(e.raw) == "zero") {
+        ++empty;
+        continue;
+      }
+      std::printf("    gid %2d: %s  %-10s %-8s %s\n", e.index, gidText(e.raw).c_str(),
+                  e.type.empty() ? "?" : e.type.c_str(), e.netdev.empty() ? "-" : e.netdev.c_str(),
+                  gidDescription(e.raw).c_str());
+    }
+    if (empty > 0) std::printf("    (%d empty entries)\n", empty);
+    std::vector<InterfaceAddress> addrs;
+    for (const InterfaceAddress& a : given) {
+      if (a.name == port.netdev) addrs.push_back(a);
+    }
+    if (addrs.empty() && !port.netdev.empty() && given.empty()) interfaceAddresses(port.netdev, &addrs).ignore();
+    GidChoice choice;
+    Status chosen = selectGid(gids, addrs, settings.gidIndex.indexFor(port.device, port.port), &choice);
+    if (chosen.ok()) {
+      std::printf("    Braid would use GID %s\n", choice.reason.c_str());
+    } else {
+      std::printf("    Braid cannot use this port: %s\n", chosen.message().c_str());
+    }
+  }
+}
+
 void printNet(const TopoSystem& sys, bool live) {
   if (live) {
     std::vector<NicInfo> nics;
@@ -210,8 +276,7 @@ void printNet(const TopoSystem& sys, bool live) {
                 sys.nodes[static_cast<size_t>(sys.nets[static_cast<size_t>(nearest)])].netName.c_str(),
                 pathTypeName(p.type));
   }
-  std::printf(
-      "GID selection (which GID Braid uses and why) comes with the RoCE transport; not decided here.\n");
+  if (live) printGids("", {});
 }
 
 }  // namespace
@@ -237,6 +302,22 @@ int main(int argc, char** argv) {
       opt.dot = value("a file");
     else if (a == "--net")
       opt.net = true;
+    else if (a == "--sysfs-root")
+      opt.sysfsRoot = value("a directory");
+    else if (a == "--ifaddr") {
+      const std::string v = value("NAME=ADDR/PREFIX");
+      const size_t eq = v.find('=');
+      InterfaceAddress addr;
+      Status parsed = eq == std::string::npos || eq == 0
+                          ? invalidArgument("'", v, "' is not NAME=ADDR/PREFIX")
+                          : parseInterfaceAddress(v.substr(eq + 1), &addr);
+      if (!parsed.ok()) {
+        std::fprintf(stderr, "braid-topo: --ifaddr: %s\n", parsed.message().c_str());
+        return 1;
+      }
+      addr.name = v.substr(0, eq);
+      opt.ifaddrs.push_back(addr);
+    }
     else if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
@@ -253,6 +334,14 @@ int main(int argc, char** argv) {
   if (!params.ok()) {
     std::fprintf(stderr, "braid-topo: %s\n", params.message().c_str());
     return 2;
+  }
+  if ((!opt.sysfsRoot.empty() || !opt.ifaddrs.empty()) && !opt.net) {
+    std::fprintf(stderr, "braid-topo: --sysfs-root and --ifaddr go with --net\n");
+    return 1;
+  }
+  if (opt.net && !opt.sysfsRoot.empty()) {
+    printGids(opt.sysfsRoot, opt.ifaddrs);
+    return 0;
   }
   TopoSystem sys;
   std::vector<std::string> notes;

@@ -83,9 +83,11 @@ class Net {
   virtual void closeListen(NetListenComm* comm) = 0;
 };
 
-// The Net chosen by NCCL_NET ("Socket", "IB" or unset): IB is refused with
-// an error saying the verbs transport is not in this release. The choice and
-// its reason are logged once at INFO (NET).
+// The Net chosen by NCCL_NET ("Socket", "IB" or unset). IB is refused with a
+// WARN and an error that says why: Braid built without verbs headers,
+// libibverbs.so.1 not loadable, no RDMA device (or none left by
+// NCCL_IB_HCA), or devices present but the verbs data path not in this
+// release. The choice and its reason are logged once at INFO (NET).
 Status selectNet(Net** out);
 
 }  // namespace braid
