@@ -2,7 +2,8 @@
 # Installs what building and testing Braid needs, with apt-get, skipping
 # packages already present (so it needs no network when nothing is missing).
 #
-#   scripts/install-deps.sh          compiler, CMake, Ninja, GoogleTest, Open MPI
+#   scripts/install-deps.sh          compiler, CMake, Ninja, GoogleTest, Open MPI, rdma-core and
+#                                    hwloc headers (both libraries are opened with dlopen)
 #   scripts/install-deps.sh --hip    also Debian's HIP toolchain (hipcc, clang, HIP headers)
 #   scripts/install-deps.sh --fuzz   also clang with libFuzzer (the fuzz targets)
 #
@@ -21,7 +22,7 @@ for arg in "$@"; do
 done
 
 packages=(g++ gcc make cmake ninja-build libgtest-dev binutils pkg-config ca-certificates
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin libibverbs-dev libhwloc-dev)
 if (( want_hip )); then
   packages+=(hipcc libamdhip64-dev)
 fi
