@@ -1,6 +1,5 @@
 // CPUs, NUMA nodes and PCI paths: hwloc (opened with dlopen) for NUMA and
 // locality when it is installed, sysfs for the PCI chain and link widths.
-#include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
 #include <sched.h>
@@ -10,6 +9,7 @@
 #include <cctype>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "topology/probe/probe.h"
 #include "util/strings.h"
@@ -22,14 +22,6 @@
 #endif
 
 namespace braid {
-
-std::string readSysfs(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return trim(buf.str());
-}
 
 std::string normalizeBusId(const std::string& busId) {
   std::string s;
@@ -74,6 +66,18 @@ std::string maskText(const std::vector<int>& cpus) {
     out += strCat(out.empty() ? "" : ",", buf);
   }
   return out;
+}
+
+// NUMA nodes as sysfs lists them: (node id, its CPUs).
+std::vector<std::pair<int, std::vector<int>>> sysfsNumaNodes() {
+  std::vector<std::pair<int, std::vector<int>>> nodes;
+  for (const std::string& name : listDir("/sys/devices/system/node")) {
+    if (name.rfind("node", 0) != 0 || name.size() < 5 || !std::isdigit(static_cast<unsigned char>(name[4])))
+      continue;
+    nodes.emplace_back(std::atoi(name.c_str() + 4),
+                       parseCpuList(readSysfs("/sys/devices/system/node/" + name + "/cpulist")));
+  }
+  return nodes;
 }
 
 void cpuIdentity(CpuInfo* cpu) {
@@ -201,18 +205,11 @@ std::vector<CpuInfo> probeCpus(std::vector<std::string>* notes) {
 #else
   notes->push_back("built without hwloc headers: NUMA nodes read from sysfs");
 #endif
-  DIR* dir = opendir("/sys/devices/system/node");
-  if (dir != nullptr) {
-    while (dirent* e = readdir(dir)) {
-      std::string name = e->d_name;
-      if (name.rfind("node", 0) != 0 || name.size() < 5 || !std::isdigit(static_cast<unsigned char>(name[4])))
-        continue;
-      CpuInfo c = identity;
-      c.numaId = std::atoi(name.c_str() + 4);
-      c.affinity = maskText(parseCpuList(readSysfs("/sys/devices/system/node/" + name + "/cpulist")));
-      cpus.push_back(c);
-    }
-    closedir(dir);
+  for (const auto& [id, cpuList] : sysfsNumaNodes()) {
+    CpuInfo c = identity;
+    c.numaId = id;
+    c.affinity = maskText(cpuList);
+    cpus.push_back(c);
   }
   if (cpus.empty()) cpus.push_back(identity);  // no NUMA information: one CPU node
   std::sort(cpus.begin(), cpus.end(), [](const CpuInfo& a, const CpuInfo& b) { return a.numaId < b.numaId; });
@@ -225,17 +222,11 @@ int affinityNumaNode() {
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
   // node<N> -> the CPUs it holds, from each node's cpulist.
   std::vector<int> nodeOfCpu(CPU_SETSIZE, -1);
-  DIR* dir = opendir("/sys/devices/system/node");
-  if (dir == nullptr) return -1;
-  while (dirent* e = readdir(dir)) {
-    std::string name = e->d_name;
-    if (name.rfind("node", 0) != 0 || name.size() < 5 || !std::isdigit(static_cast<unsigned char>(name[4])))
-      continue;
-    for (int cpu : parseCpuList(readSysfs("/sys/devices/system/node/" + name + "/cpulist"))) {
-      if (cpu >= 0 && cpu < CPU_SETSIZE) nodeOfCpu[static_cast<size_t>(cpu)] = std::atoi(name.c_str() + 4);
+  for (const auto& [id, cpuList] : sysfsNumaNodes()) {
+    for (int cpu : cpuList) {
+      if (cpu >= 0 && cpu < CPU_SETSIZE) nodeOfCpu[static_cast<size_t>(cpu)] = id;
     }
   }
-  closedir(dir);
   int node = -1;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (!CPU_ISSET(cpu, &set)) continue;

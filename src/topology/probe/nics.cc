@@ -1,7 +1,6 @@
 // NICs: RDMA devices through libibverbs (dlopen; port state, link layer,
 // speed, GIDs), falling back to /sys/class/infiniband, and Ethernet netdevs
 // through /sys/class/net (speed, PCI location).
-#include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -76,28 +75,6 @@ std::string bdfOfDevice(const std::string& sysPath) {
     if (part.size() == 12 && part[4] == ':' && part[7] == ':' && part[10] == '.') found = part;
   }
   return found;
-}
-
-std::vector<std::string> listDir(const std::string& path) {
-  std::vector<std::string> names;
-  DIR* dir = opendir(path.c_str());
-  if (dir == nullptr) return names;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') names.push_back(e->d_name);
-  }
-  closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string gidText(const uint8_t* raw) {
-  std::string s;
-  for (int i = 0; i < 16; i += 2) {
-    char buf[8];
-    std::snprintf(buf, sizeof(buf), "%s%02x%02x", i ? ":" : "", raw[i], raw[i + 1]);
-    s += buf;
-  }
-  return s;
 }
 
 void addSysfsInfo(const std::string& name, NicInfo* nic) {

@@ -18,6 +18,7 @@
 
 #include "topology/xml.h"
 #include "util/status.h"
+#include "util/sysfs.h"
 
 namespace braid {
 
@@ -80,7 +81,6 @@ std::vector<GpuLink> probeGpuLinks(const std::vector<std::string>& gpuBusIds,
                                    std::vector<std::string>* notes);
 
 bool looksLikeVirtualMachine();
-std::string readSysfs(const std::string& path);  // trimmed contents, "" if unreadable
 std::string normalizeBusId(const std::string& busId);
 
 }  // namespace braid

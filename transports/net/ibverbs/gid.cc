@@ -1,7 +1,6 @@
 #include "transports/net/ibverbs/gid.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,7 +9,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include "util/strings.h"
@@ -91,26 +89,6 @@ std::string where(const PortGids& p) {
   return strCat(p.device, " port ", p.port);
 }
 
-std::string readFile(const std::string& path, bool* ok = nullptr) {
-  std::ifstream in(path);
-  std::string line;
-  const bool good = static_cast<bool>(in) && static_cast<bool>(std::getline(in, line));
-  if (ok != nullptr) *ok = good;
-  return good ? trim(line) : "";
-}
-
-std::vector<std::string> listDir(const std::string& path) {
-  std::vector<std::string> names;
-  DIR* dir = opendir(path.c_str());
-  if (dir == nullptr) return names;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') names.push_back(e->d_name);
-  }
-  closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 bool allDigits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -121,15 +99,6 @@ std::string ibRoot(const std::string& root) {
 
 }  // namespace
 
-std::string gidText(const uint8_t raw[16]) {
-  std::string s;
-  for (int i = 0; i < 16; i += 2) {
-    char buf[8];
-    std::snprintf(buf, sizeof(buf), "%s%02x%02x", i ? ":" : "", raw[i], raw[i + 1]);
-    s += buf;
-  }
-  return s;
-}
 
 Status parseGidText(const std::string& text, uint8_t raw[16]) {
   const std::string t = trim(text);
@@ -313,14 +282,14 @@ std::vector<SysfsRdmaPort> listSysfsRdmaPorts(const std::string& root) {
       SysfsRdmaPort port;
       port.device = dev;
       port.port = n;
-      port.linkLayer = readFile(base + "/link_layer");
-      const std::string state = readFile(base + "/state");  // "4: ACTIVE"
+      port.linkLayer = readSysfs(base + "/link_layer");
+      const std::string state = readSysfs(base + "/state");  // "4: ACTIVE"
       const size_t colon = state.find(':');
       port.state = colon == std::string::npos ? state : trim(state.substr(colon + 1));
       // The netdev most GID entries name, else the device's first one.
       std::map<std::string, int> seen;
       for (const std::string& i : listDir(base + "/gid_attrs/ndevs")) {
-        const std::string nd = readFile(base + "/gid_attrs/ndevs/" + i);
+        const std::string nd = readSysfs(base + "/gid_attrs/ndevs/" + i);
         if (!nd.empty()) ++seen[nd];
       }
       int best = 0;
@@ -350,13 +319,13 @@ Status readGidTable(const std::string& root, const std::string& device, int port
   for (int i : indexes) {
     GidEntry e;
     e.index = i;
-    const std::string text = readFile(strCat(base, "/gids/", i));
+    const std::string text = readSysfs(strCat(base, "/gids/", i));
     if (!text.empty() && !parseGidText(text, e.raw).ok()) {
       return systemError(device, " port ", port, ": GID ", i, " reads '", text, "', not a GID");
     }
     // Reading the attributes of an empty entry fails (EINVAL) on real sysfs.
-    e.type = readFile(strCat(base, "/gid_attrs/types/", i));
-    e.netdev = readFile(strCat(base, "/gid_attrs/ndevs/", i));
+    e.type = readSysfs(strCat(base, "/gid_attrs/types/", i));
+    e.netdev = readSysfs(strCat(base, "/gid_attrs/ndevs/", i));
     out->push_back(e);
   }
   return okStatus();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "util/status.h"
+#include "util/sysfs.h"
 
 namespace braid {
 
@@ -60,8 +61,7 @@ struct GidChoice {
 Status selectGid(const PortGids& port, const std::vector<InterfaceAddress>& addrs, int forcedIndex,
                  GidChoice* out);
 
-// "fe80:0000:0000:0000:0202:c9ff:fe00:0001" (sysfs' form) <-> 16 bytes.
-std::string gidText(const uint8_t raw[16]);
+// "fe80:0000:0000:0000:0202:c9ff:fe00:0001" (sysfs' form, util/sysfs.h's gidText) -> 16 bytes.
 Status parseGidText(const std::string& text, uint8_t raw[16]);
 // A readable form: "IPv4 10.0.0.5", "IPv6 2001:db8::5", "link-local fe80::...", "zero".
 std::string gidDescription(const uint8_t raw[16]);

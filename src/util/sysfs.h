@@ -1,0 +1,18 @@
+// Small reads of sysfs (and of saved or fake sysfs trees in tests), shared by
+// the topology probe and the verbs transport.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+// The file's contents, trimmed; "" if it cannot be read.
+std::string readSysfs(const std::string& path);
+// The directory's entries, sorted, without "." names; empty if unreadable.
+std::vector<std::string> listDir(const std::string& path);
+// A GID as sysfs writes it: "fe80:0000:0000:0000:0202:c9ff:fe00:0001".
+std::string gidText(const uint8_t raw[16]);
+
+}  // namespace braid
