@@ -45,6 +45,10 @@ StringParam paramNetGdrLevel("NET_GDR_LEVEL", "",
                              "directly (GPUDirect RDMA): LOC, PIX, PXB, PHB or SYS (or 0..4); unset: "
                              "PXB when GPU memory can be registered, else host staging",
                              {}, validateGdrLevel);
+StringParam paramIbVerbsTable("IB_VERBS_TABLE", "",
+                              "Testing: a library exporting braid_verbs_table() whose verbs table "
+                              "replaces libibverbs.so.1 (Braid's software verbs device, "
+                              "libbraid_softverbs.so); unset: libibverbs.so.1");
 
 bool parseNonNegative(const std::string& text, int* out) {
   int64_t v = 0;
@@ -186,6 +190,10 @@ Status parseGdrLevel(const std::string& text, GdrLevel* out) {
     return okStatus();
   }
   return invalidArgument("expected LOC, PIX, PXB, PHB, SYS or 0..4, got '", text, "'");
+}
+
+std::string verbsTableLibrary() {
+  return paramIbVerbsTable.get();
 }
 
 Status ibSettings(IbSettings* out) {

@@ -94,6 +94,10 @@ struct IbSettings {
   int qpsPerConnection = 1;  // NCCL_IB_QPS_PER_CONNECTION
   GdrLevel gdrLevel = GdrLevel::Auto;
 };
+// BRAID_IB_VERBS_TABLE: a library whose verbs table replaces libibverbs.so.1
+// (tests run on a software verbs device through it); "" when unset.
+std::string verbsTableLibrary();
+
 // The values are validated by the registry (a bad one fails init first);
 // this returns an error only if called with a rejected value in place.
 Status ibSettings(IbSettings* out);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "transports/net/ibverbs/ib_config.h"
 #include "util/strings.h"
 
 namespace braid {
@@ -23,6 +24,14 @@ int queryPortWrapper(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   if (vctx != nullptr) return vctx->query_port(context, port, attr, sizeof(*attr));
   std::memset(attr, 0, sizeof(*attr));
   return gLibQueryPort(context, port, reinterpret_cast<_compat_ibv_port_attr*>(attr));
+}
+// The library's _ibv_query_gid_ex (ibv_query_gid_ex's inline wrapper adds
+// the entry size); null on rdma-core before 32.
+int (*gLibQueryGidEx)(ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t) = nullptr;
+
+int queryGidExWrapper(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry,
+                      uint32_t flags) {
+  return gLibQueryGidEx(context, port, index, entry, flags, sizeof(*entry));
 }
 int pollCqWrapper(ibv_cq* cq, int numEntries, ibv_wc* wc) {
   return ibv_poll_cq(cq, numEntries, wc);
@@ -62,6 +71,8 @@ Status loadLibrary(VerbsApi* api) {
   BRAID_CHECK(bind(lib, "ibv_query_port", &gLibQueryPort));
   api->queryPort = queryPortWrapper;
   BRAID_CHECK(bind(lib, "ibv_query_gid", &api->queryGid));
+  gLibQueryGidEx = reinterpret_cast<decltype(gLibQueryGidEx)>(dlsym(lib, "_ibv_query_gid_ex"));
+  if (gLibQueryGidEx != nullptr) api->queryGidEx = queryGidExWrapper;  // optional
   BRAID_CHECK(bind(lib, "ibv_alloc_pd", &api->allocPd));
   BRAID_CHECK(bind(lib, "ibv_dealloc_pd", &api->deallocPd));
   BRAID_CHECK(bind(lib, "ibv_reg_mr", &api->regMr));
@@ -78,6 +89,24 @@ Status loadLibrary(VerbsApi* api) {
   api->postSend = postSendWrapper;
   api->postRecv = postRecvWrapper;
   return okStatus();  // the library stays loaded for the life of the process
+}
+
+// The table of the library BRAID_IB_VERBS_TABLE names (a test device).
+Status loadTableLibrary(const std::string& path, const VerbsApi** out) {
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    return invalidUsage("BRAID_IB_VERBS_TABLE: cannot load ", path, " (", why != nullptr ? why : "unknown", ")");
+  }
+  auto fn = reinterpret_cast<BraidVerbsTableFn>(dlsym(lib, BRAID_VERBS_TABLE_SYMBOL));
+  if (fn == nullptr) {
+    return invalidUsage("BRAID_IB_VERBS_TABLE: ", path, " does not export ", BRAID_VERBS_TABLE_SYMBOL, "()");
+  }
+  const VerbsApi* api = fn();
+  if (api == nullptr) return invalidUsage("BRAID_IB_VERBS_TABLE: ", path, " returned no verbs table");
+  BRAID_CHECK(checkVerbsApi(*api));
+  *out = api;
+  return okStatus();
 }
 
 }  // namespace
@@ -126,11 +155,20 @@ Status verbsApi(const VerbsApi** out) {
     return okStatus();
   }
   static VerbsApi library;
+  static const VerbsApi* table = nullptr;
   static Status loaded;
   static std::once_flag once;
-  std::call_once(once, [] { loaded = loadLibrary(&library); });
+  std::call_once(once, [] {
+    const std::string path = verbsTableLibrary();
+    if (!path.empty()) {
+      loaded = loadTableLibrary(path, &table);
+    } else {
+      loaded = loadLibrary(&library);
+      table = &library;
+    }
+  });
   if (!loaded.ok()) return loaded;
-  *out = &library;
+  *out = table;
   return okStatus();
 }
 

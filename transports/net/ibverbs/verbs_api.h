@@ -38,6 +38,10 @@ struct VerbsApi {
   int (*queryDevice)(ibv_context* context, ibv_device_attr* attr) = nullptr;
   int (*queryPort)(ibv_context* context, uint8_t port, ibv_port_attr* attr) = nullptr;
   int (*queryGid)(ibv_context* context, uint8_t port, int index, ibv_gid* gid) = nullptr;
+  // Optional (rdma-core 32+, ibv_query_gid_ex): the entry with its type
+  // (IBV_GID_TYPE_*) and net device; null when absent (then sysfs tells).
+  int (*queryGidEx)(ibv_context* context, uint32_t port, uint32_t index, ibv_gid_entry* entry,
+                    uint32_t flags) = nullptr;
 
   ibv_pd* (*allocPd)(ibv_context* context) = nullptr;
   int (*deallocPd)(ibv_pd* pd) = nullptr;
@@ -60,13 +64,21 @@ struct VerbsApi {
   int (*postRecv)(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** badWr) = nullptr;
 };
 
-// The table in use: the one a test installed, else libibverbs.so.1 (opened
-// once, never closed). An error names the library or the missing symbol.
+// The table in use: the one a test installed, else the provider library
+// named by BRAID_IB_VERBS_TABLE (a test device, see below), else
+// libibverbs.so.1 (opened once, never closed). An error names the library or
+// the missing symbol.
 Status verbsApi(const VerbsApi** out);
 
 // Installs `api` as the table verbsApi() returns (tests; null restores the
 // library). Not thread-safe against concurrent verbsApi() calls.
 void setVerbsApiForTesting(const VerbsApi* api);
+
+// A library named by BRAID_IB_VERBS_TABLE exports this C symbol returning
+// its table: how a separate process (a multi-node test rank) runs on a
+// software verbs device without rdma-core or an RDMA NIC.
+#define BRAID_VERBS_TABLE_SYMBOL "braid_verbs_table"
+extern "C" typedef const VerbsApi* (*BraidVerbsTableFn)();
 
 // Checks that every mandatory entry of `api` is set; the error names the
 // first missing one.
