@@ -194,33 +194,50 @@ BRAID_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
 
 // Entry points whose feature is not built yet: they validate the handle and
 // arguments, then say so.
-#define BRAID_COMM_ENTRY(name, params, extraChecks)        \
-  BRAID_API(ncclResult_t, name, params) {                  \
-    return api::apiGuard(#name, [&]() -> Status {          \
-      Communicator* c = nullptr;                           \
-      BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));     \
-      extraChecks;                                         \
-      return api::notBuiltYet(#name, kNotYet);             \
-    }, comm);                                              \
+#define BRAID_COMM_ENTRY(feature, name, params, extraChecks)     \
+  BRAID_API(ncclResult_t, name, params) {                        \
+    return api::apiGuard(                                        \
+        #name,                                                   \
+        [&]() -> Status {                                        \
+          Communicator* c = nullptr;                             \
+          BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true)); \
+          extraChecks;                                           \
+          return api::notBuiltYet(#name, feature);               \
+        },                                                       \
+        comm);                                                   \
   }
 #define BRAID_ARGS(...) __VA_ARGS__
 
-BRAID_COMM_ENTRY(ncclCommRegister, BRAID_ARGS(const ncclComm_t comm, void* buff, size_t size, void** handle), {
-  BRAID_CHECK(api::checkNotNull(buff, "buff"));
-  BRAID_CHECK(api::checkNotNull(handle, "handle"));
-})
-BRAID_COMM_ENTRY(ncclCommDeregister, BRAID_ARGS(const ncclComm_t comm, void* handle),
+BRAID_COMM_ENTRY(kNotYet, ncclCommRegister,
+                 BRAID_ARGS(const ncclComm_t comm, void* buff, size_t size, void** handle), {
+                   BRAID_CHECK(api::checkNotNull(buff, "buff"));
+                   BRAID_CHECK(api::checkNotNull(handle, "handle"));
+                 })
+BRAID_COMM_ENTRY(kNotYet, ncclCommDeregister, BRAID_ARGS(const ncclComm_t comm, void* handle),
                  { BRAID_CHECK(api::checkNotNull(handle, "handle")); })
-BRAID_COMM_ENTRY(ncclCommWindowRegister,
+BRAID_COMM_ENTRY(kNotYet, ncclCommWindowRegister,
                  BRAID_ARGS(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags), {
-  BRAID_CHECK(api::checkNotNull(buff, "buff"));
-  BRAID_CHECK(api::checkNotNull(win, "win"));
-  if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
-    return invalidArgument("argument 'winFlags' is ", winFlags, "; use NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC");
-  }
-})
-BRAID_COMM_ENTRY(ncclCommWindowDeregister, BRAID_ARGS(ncclComm_t comm, ncclWindow_t win),
+                   BRAID_CHECK(api::checkNotNull(buff, "buff"));
+                   BRAID_CHECK(api::checkNotNull(win, "win"));
+                   if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
+                     return invalidArgument("argument 'winFlags' is ", winFlags,
+                                            "; use NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC");
+                   }
+                 })
+BRAID_COMM_ENTRY(kNotYet, ncclCommWindowDeregister, BRAID_ARGS(ncclComm_t comm, ncclWindow_t win),
                  { BRAID_CHECK(api::checkNotNull(win, "win")); })
+// NCCL 2.28's device API (nccl_device/core.h, not nccl.h): device
+// communicators for user kernels. PyTorch's libtorch_cuda.so links these two,
+// so a drop-in must define them; the requirement and result structures are
+// opaque here.
+constexpr const char* kNoDeviceApi = "NCCL's device API (nccl_device.h: device communicators, LSA and GIN)";
+BRAID_COMM_ENTRY(kNoDeviceApi, ncclDevCommCreate,
+                 BRAID_ARGS(ncclComm_t comm, const void* reqs, void* outDevComm), {
+                   BRAID_CHECK(api::checkNotNull(reqs, "reqs"));
+                   BRAID_CHECK(api::checkNotNull(outDevComm, "outDevComm"));
+                 })
+BRAID_COMM_ENTRY(kNoDeviceApi, ncclDevCommDestroy, BRAID_ARGS(ncclComm_t comm, const void* devComm),
+                 { BRAID_CHECK(api::checkNotNull(devComm, "devComm")); })
 BRAID_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
           ncclScalarResidence_t residence, ncclComm_t comm) {
   return api::apiGuard("ncclRedOpCreatePreMulSum", [&]() -> Status {

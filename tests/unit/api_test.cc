@@ -11,6 +11,11 @@
 #include "braid.h"
 #include "nccl.h"
 
+// NCCL 2.28's device API (declared in NCCL's nccl_device/core.h, which Braid
+// does not ship); the structures are opaque to this test.
+extern "C" ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
+extern "C" ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm);
+
 namespace {
 
 // The C API's checks and the host engine; the GPU backend has tests/gpu/.
@@ -146,6 +151,15 @@ TEST(Api, FeaturesNotBuiltSaySo) {
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
   // The communicator keeps its own last error too.
   EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclCommRegister"), std::string::npos);
+
+  // The device API: PyTorch links it, Braid refuses it with a reason.
+  char reqs[64] = {}, devComm[256] = {};
+  EXPECT_EQ(ncclDevCommCreate(liveComm(), reqs, devComm), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("device API"), std::string::npos);
+  EXPECT_EQ(ncclDevCommCreate(liveComm(), nullptr, devComm), ncclInvalidArgument);
+  EXPECT_EQ(ncclDevCommCreate(nullptr, reqs, devComm), ncclInvalidArgument);
+  EXPECT_EQ(ncclDevCommDestroy(liveComm(), devComm), ncclInvalidUsage);
+  EXPECT_EQ(ncclDevCommDestroy(liveComm(), nullptr), ncclInvalidArgument);
 }
 
 TEST(Api, PreMulSumOperators) {
