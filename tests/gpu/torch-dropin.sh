@@ -33,6 +33,13 @@ nm -D --defined-only "$braid_lib" | awk '{print $3}' | sed 's/@.*//' | sort -u >
 missing=$(comm -23 "$out/torch-nccl-symbols.txt" "$out/braid-symbols.txt" | tr '\n' ' ')
 echo "PyTorch imports $(wc -l < "$out/torch-nccl-symbols.txt") NCCL functions; missing from Braid: ${missing:-none}"
 
+# How PyTorch's libraries find libnccl.so.2, and whether LD_LIBRARY_PATH
+# alone puts Braid in NCCL's place (only with RUNPATH, not RPATH).
+readelf -d "$torch_lib"/libtorch_cuda.so | grep -E "RPATH|RUNPATH" | sed 's/^ */# libtorch_cuda.so /'
+mkdir -p "$out/libdir" && ln -sf "$braid_lib" "$out/libdir/libnccl.so.2"
+echo "# with LD_LIBRARY_PATH=<dir holding Braid's libnccl.so.2> the process maps: $(LD_LIBRARY_PATH="$out/libdir" \
+  python3 -c "import torch; torch.cuda.nccl.version(); print(' '.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libnccl' in l})))")"
+
 pass=0 fail=0
 result() {  # result PASS|FAIL text
   echo "$1 $2"
