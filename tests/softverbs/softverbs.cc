@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -645,11 +646,14 @@ void closeConn(std::unique_ptr<Conn>& c) {
   c.reset();
 }
 
+// The kernel's own guard (unacknowledged data, keepalive) backs up the
+// progress thread's silence check; it is never shorter than 10 s so that a
+// peer QP slow to reach RTR (its socket not read yet) is not cut off.
 void tuneSocket(int fd, Clock::duration timeout) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  const unsigned ms =
-      static_cast<unsigned>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+  const unsigned ms = static_cast<unsigned>(
+      std::max<int64_t>(10000, std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   const int idle = 1, cnt = 3;

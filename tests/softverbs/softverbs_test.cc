@@ -6,8 +6,10 @@
 #include "tests/softverbs/softverbs.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <net/if.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -684,6 +686,9 @@ struct Side {
 };
 
 // Forks a child running `child(fd)` (its return value is the exit status).
+// With BRAID_SOFTVERBS_TEST_CHILD_NETNS=/var/run/netns/NAME the child runs in
+// that network namespace (a manual cross-namespace check; both namespaces
+// then need an interface named BRAID_SOFTVERBS_IFNAME).
 template <typename F>
 pid_t forkChild(int* parentFd, F&& child) {
   int sv[2];
@@ -691,6 +696,11 @@ pid_t forkChild(int* parentFd, F&& child) {
   const pid_t pid = fork();
   if (pid == 0) {
     ::close(sv[0]);
+    if (const char* ns = std::getenv("BRAID_SOFTVERBS_TEST_CHILD_NETNS")) {
+      const int nsFd = ::open(ns, O_RDONLY | O_CLOEXEC);
+      if (nsFd < 0 || setns(nsFd, CLONE_NEWNET) != 0) _exit(99);
+      ::close(nsFd);
+    }
     const int rc = child(sv[1]);
     _exit(rc);
   }
