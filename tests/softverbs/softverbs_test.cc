@@ -864,6 +864,40 @@ TEST(IbverbsCrossProcess, PeerKilled) {
   ::close(fd);
 }
 
+// A peer that stops answering without closing anything (as behind a link
+// that went down): the silence check ends the QP within its timeout
+// (timeout 14, retry_cnt 7: the 2 s floor).
+TEST(IbverbsCrossProcess, PeerStopsResponding) {
+  int fd = -1;
+  const pid_t pid = forkChild(&fd, [](int cfd) {
+    Side s;
+    if (!s.setUp(cfd, 1 << 16)) return 10;
+    const char ready = 'r';
+    writeAll(cfd, &ready, 1);
+    pause();
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  Side s;
+  ASSERT_TRUE(s.setUp(fd, 1 << 16));
+  char ready = 0;
+  ASSERT_TRUE(readAll(fd, &ready, 1));
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  int st = 0;  // stopped for sure (every thread) before the write goes out
+  ASSERT_EQ(waitpid(pid, &st, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(st));
+  ASSERT_EQ(postWrite(s.qp, s.mr, 0, 1024, s.peer, 0, 5, false, 0), 0);
+  const auto wcs = waitWc(s.dev.cq, 1, 20);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 5u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(stateOf(s.qp), IBV_QPS_ERR);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(exitStatus(pid), 128 + SIGKILL);
+  s.tearDown();
+  ::close(fd);
+}
+
 TEST(IbverbsCrossProcess, PeerDestroysQp) {
   int fd = -1;
   const pid_t pid = forkChild(&fd, [](int cfd) {
