@@ -415,6 +415,37 @@ TEST(IbverbsSoftDevice, MemoryRegionAccess) {
   d.close();
 }
 
+// More completions than the CQ holds: the CQ is in error from then on.
+TEST(IbverbsSoftDevice, CqOverrunIsAnError) {
+  Device d;
+  ASSERT_TRUE(d.open());
+  ibv_cq* small = api().createCq(d.ctx, 2, nullptr, nullptr, 0);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->cqe, 2);
+  ibv_qp_init_attr ia;
+  std::memset(&ia, 0, sizeof(ia));
+  ia.send_cq = small;
+  ia.recv_cq = small;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 8;
+  ia.cap.max_recv_wr = 8;
+  ibv_qp* qp = api().createQp(d.pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(qp->send_cq, small);
+  ASSERT_EQ(toInit(qp), 0);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(postRecv(qp, i), 0);
+  ibv_qp_attr err;
+  std::memset(&err, 0, sizeof(err));
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(api().modifyQp(qp, &err, IBV_QP_STATE), 0);  // two flushed receives: the CQ is full
+  ibv_wc wc[4];
+  ASSERT_EQ(postRecv(qp, 2), 0);  // a third: overrun
+  EXPECT_EQ(api().pollCq(small, 4, wc), -1);
+  EXPECT_EQ(api().destroyQp(qp), 0);
+  EXPECT_EQ(api().destroyCq(small), 0);
+  d.close();
+}
+
 TEST_F(IbverbsLoopback, WriteWithImm) {
   for (size_t i = 0; i < kBytes; ++i) buf_[0][i] = static_cast<uint8_t>(i * 7 + 3);
   ASSERT_EQ(postRecv(qp_[1], 500), 0);
@@ -894,6 +925,45 @@ TEST(IbverbsCrossProcess, PeerStopsResponding) {
   EXPECT_EQ(stateOf(s.qp), IBV_QPS_ERR);
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   EXPECT_EQ(exitStatus(pid), 128 + SIGKILL);
+  s.tearDown();
+  ::close(fd);
+}
+
+// BRAID_SOFTVERBS_FAIL_AFTER in one process (as a multi-node fault test sets
+// it for one rank): its third write fails, and the other process's QP goes
+// to ERR too (its receive flushes), as behind a failed link.
+TEST(IbverbsCrossProcess, FailAfterReachesThePeer) {
+  int fd = -1;
+  const pid_t pid = forkChild(&fd, [](int cfd) {
+    setenv("BRAID_SOFTVERBS_FAIL_AFTER", "2", 1);
+    softverbs::resetFaultsForTesting();
+    Side s;
+    if (!s.setUp(cfd, 1 << 16)) return 10;
+    for (int i = 1; i <= 2; ++i) {
+      if (postWrite(s.qp, s.mr, 0, 1024, s.peer, 0, i, false, 0) != 0) return 11;
+    }
+    auto wcs = waitWc(s.dev.cq, 2);
+    if (wcs.size() != 2 || wcs[0].status != IBV_WC_SUCCESS || wcs[1].status != IBV_WC_SUCCESS) return 12;
+    if (postWrite(s.qp, s.mr, 0, 1024, s.peer, 0, 3, false, 0) != 0) return 13;
+    wcs = waitWc(s.dev.cq, 1);
+    if (wcs.size() != 1 || wcs[0].wr_id != 3 || wcs[0].status != IBV_WC_RETRY_EXC_ERR) return 14;
+    char done = 0;
+    readAll(cfd, &done, 1);
+    s.tearDown();
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  Side s;
+  ASSERT_TRUE(s.setUp(fd, 1 << 16));
+  ASSERT_EQ(postRecv(s.qp, 40, s.mr, 0, 64), 0);
+  const auto wcs = waitWc(s.dev.cq, 1, 15);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 40u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(stateOf(s.qp), IBV_QPS_ERR);
+  const char done = 'd';
+  ASSERT_TRUE(writeAll(fd, &done, 1));
+  EXPECT_EQ(exitStatus(pid), 0);
   s.tearDown();
   ::close(fd);
 }
