@@ -1381,11 +1381,12 @@ int svPostSend(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
       w.inlineData.resize(total);
       uint8_t* p = w.inlineData.data();
       for (int i = 0; i < wr->num_sge; ++i) {
+        if (wr->sg_list[i].length == 0) continue;
         std::memcpy(p, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
         p += wr->sg_list[i].length;
       }
     } else {
-      w.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      if (wr->num_sge > 0) w.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
     }
     if (qp->state == IBV_QPS_ERR) {
       completeSend(qp, w, IBV_WC_WR_FLUSH_ERR);
@@ -1419,7 +1420,7 @@ int svPostRecv(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     }
     RecvWqe r;
     r.wrId = wr->wr_id;
-    r.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+    if (wr->num_sge > 0) r.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
     if (qp->state == IBV_QPS_ERR) {
       completeRecv(qp, r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, false, 0);
       continue;
