@@ -187,6 +187,9 @@ struct Cq {
   std::mutex mu;
   std::deque<ibv_wc> entries;
   bool overrun = false;
+  // entries.size(), or -1 once overrun: lets pollCq on an empty CQ return
+  // without the lock (a consumer spinning on it would starve the producer).
+  std::atomic<int> ready{0};
 };
 
 std::mutex gMrMu;
@@ -330,10 +333,12 @@ void pushCqe(ibv_cq* cq, const ibv_wc& wc) {
   if (c->overrun) return;
   if (static_cast<int>(c->entries.size()) >= c->base.cqe) {
     c->overrun = true;
+    c->ready.store(-1, std::memory_order_release);
     logf("CQ %p overrun (%d entries): the CQ is in error", static_cast<void*>(cq), c->base.cqe);
     return;
   }
   c->entries.push_back(wc);
+  c->ready.store(static_cast<int>(c->entries.size()), std::memory_order_release);
 }
 
 ibv_wc_opcode sendWcOpcode(ibv_wr_opcode op) {
@@ -1110,6 +1115,7 @@ int svDestroyCq(ibv_cq* cq) {
 
 int svPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   Cq* c = cqOf(cq);
+  if (c->ready.load(std::memory_order_acquire) == 0) return 0;
   std::lock_guard<std::mutex> lk(c->mu);
   if (c->overrun) return -1;
   int got = 0;
@@ -1117,6 +1123,7 @@ int svPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
     wc[got++] = c->entries.front();
     c->entries.pop_front();
   }
+  c->ready.store(static_cast<int>(c->entries.size()), std::memory_order_release);
   return got;
 }
 

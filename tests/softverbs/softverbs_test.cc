@@ -837,6 +837,8 @@ TEST(IbverbsCrossProcess, BadRkeyIsRemoteAccessError) {
   const pid_t pid = forkChild(&fd, [](int cfd) {
     Side s;
     if (!s.setUp(cfd, 1 << 16)) return 10;
+    const char ready = 'r';
+    writeAll(cfd, &ready, 1);
     char done = 0;
     readAll(cfd, &done, 1);
     s.tearDown();
@@ -845,6 +847,9 @@ TEST(IbverbsCrossProcess, BadRkeyIsRemoteAccessError) {
   ASSERT_GT(pid, 0);
   Side s;
   ASSERT_TRUE(s.setUp(fd, 1 << 16));
+  // The error ends both QPs: the child must be in RTS before it comes.
+  char ready = 0;
+  ASSERT_TRUE(readAll(fd, &ready, 1));
   QpInfo wrong = s.peer;
   wrong.rkey += 1;
   ASSERT_EQ(postWrite(s.qp, s.mr, 0, 1024, wrong, 0, 1, false, 0), 0);
@@ -944,6 +949,8 @@ TEST(IbverbsCrossProcess, FailAfterReachesThePeer) {
     softverbs::resetFaultsForTesting();
     Side s;
     if (!s.setUp(cfd, 1 << 16)) return 10;
+    char go = 0;  // the parent is in RTS with its receive posted
+    if (!readAll(cfd, &go, 1)) return 15;
     for (int i = 1; i <= 2; ++i) {
       if (postWrite(s.qp, s.mr, 0, 1024, s.peer, 0, i, false, 0) != 0) return 11;
     }
@@ -961,6 +968,8 @@ TEST(IbverbsCrossProcess, FailAfterReachesThePeer) {
   Side s;
   ASSERT_TRUE(s.setUp(fd, 1 << 16));
   ASSERT_EQ(postRecv(s.qp, 40, s.mr, 0, 64), 0);
+  const char go = 'g';
+  ASSERT_TRUE(writeAll(fd, &go, 1));
   const auto wcs = waitWc(s.dev.cq, 1, 15);
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].wr_id, 40u);
