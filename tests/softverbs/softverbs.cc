@@ -192,9 +192,12 @@ struct Cq {
   std::atomic<int> ready{0};
 };
 
-std::mutex gMrMu;
-std::unordered_map<uint32_t, Mr*> gMrs;  // key (lkey == rkey) -> region
-std::mt19937 gRng{static_cast<uint32_t>(std::random_device{}()) ^ static_cast<uint32_t>(getpid())};
+// Never destroyed: a progress thread of a context the program never closed
+// (NCCL keeps its contexts to the end) may still use them during exit.
+std::mutex& gMrMu = *new std::mutex;
+std::unordered_map<uint32_t, Mr*>& gMrs = *new std::unordered_map<uint32_t, Mr*>;  // key (lkey == rkey)
+std::mt19937& gRng =
+    *new std::mt19937(static_cast<uint32_t>(std::random_device{}()) ^ static_cast<uint32_t>(getpid()));
 
 // A TCP connection between two devices, owned by the progress thread.
 struct Conn {
