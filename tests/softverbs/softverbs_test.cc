@@ -982,6 +982,27 @@ TEST(IbverbsCrossProcess, FailAfterReachesThePeer) {
   ::close(fd);
 }
 
+// The way a multi-node rank gets the device: BRAID_IB_VERBS_TABLE naming the
+// library, read by Braid's own verbsApi() (in a child: the choice is made once).
+TEST(IbverbsCrossProcess, LoadedThroughBraidIbVerbsTable) {
+  int fd = -1;
+  const pid_t pid = forkChild(&fd, [](int) {
+    setenv("BRAID_IB_VERBS_TABLE", BRAID_SOFTVERBS_LIBRARY, 1);
+    setVerbsApiForTesting(nullptr);
+    const VerbsApi* t = nullptr;
+    if (!verbsApi(&t).ok()) return 10;
+    if (t != braid_verbs_table() || std::strcmp(t->origin, "software verbs device") != 0) return 11;
+    std::vector<RdmaPortInfo> ports;
+    std::vector<std::string> notes;
+    if (!listRdmaPorts(*t, &ports, &notes).ok() || ports.size() != 1 || ports[0].device != "softroce0")
+      return 12;
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(exitStatus(pid), 0);
+  ::close(fd);
+}
+
 TEST(IbverbsCrossProcess, PeerDestroysQp) {
   int fd = -1;
   const pid_t pid = forkChild(&fd, [](int cfd) {
