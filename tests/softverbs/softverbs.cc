@@ -348,6 +348,7 @@ ibv_wc_opcode sendWcOpcode(ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     default: return IBV_WC_SEND;
   }
 }
@@ -455,12 +456,16 @@ void Context::pump(Qp* qp) {
              static_cast<unsigned long long>(n));
       }
     }
-    std::vector<uint8_t> f(sizeof(FrameHeader) + sizeof(RequestFrame) + w.length);
-    const FrameHeader h{kRequest, static_cast<uint32_t>(sizeof(RequestFrame) + w.length)};
+    const bool isRead = w.opcode == IBV_WR_RDMA_READ;  // the data comes back with the ACK
+    const uint32_t dataLen = isRead ? 0 : w.length;
+    std::vector<uint8_t> f(sizeof(FrameHeader) + sizeof(RequestFrame) + dataLen);
+    const FrameHeader h{kRequest, static_cast<uint32_t>(sizeof(RequestFrame) + dataLen)};
     std::memcpy(f.data(), &h, sizeof(h));
     std::memcpy(f.data() + sizeof(h), &rf, sizeof(rf));
     uint8_t* dst = f.data() + sizeof(h) + sizeof(rf);
-    if (w.isInline) {
+    if (isRead) {
+      // local SGEs are checked when the response arrives
+    } else if (w.isInline) {
       if (w.length > 0) std::memcpy(dst, w.inlineData.data(), w.length);
     } else {
       std::lock_guard<std::mutex> lk(gMrMu);
@@ -499,9 +504,27 @@ void execute(Qp* qp) {
     uint32_t syndrome = kAckOk;
     ibv_wc_status recvStatus = IBV_WC_SUCCESS;
     ibv_wc_opcode recvOp = IBV_WC_RECV;
+    std::vector<uint8_t> readResponse;  // RDMA READ: the ACK frame with the data
     {
       std::lock_guard<std::mutex> lk(gMrMu);
-      if (h.opcode == IBV_WR_RDMA_WRITE || h.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      if (h.opcode == IBV_WR_RDMA_READ) {
+        Mr* mr = h.len > 0 ? findMr(h.rkey, qp->base.pd) : nullptr;
+        if (h.len > 0 &&
+            (mr == nullptr || (mr->access & IBV_ACCESS_REMOTE_READ) == 0 ||
+             (qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 || !inRange(mr, h.remoteAddr, h.len))) {
+          syndrome = kNakAccess;
+        } else {
+          readResponse.resize(sizeof(FrameHeader) + sizeof(AckFrame) + h.len);
+          const FrameHeader fh{kAck, static_cast<uint32_t>(sizeof(AckFrame) + h.len)};
+          const AckFrame ok{h.psn, kAckOk};
+          std::memcpy(readResponse.data(), &fh, sizeof(fh));
+          std::memcpy(readResponse.data() + sizeof(fh), &ok, sizeof(ok));
+          if (h.len > 0) {
+            std::memcpy(readResponse.data() + sizeof(fh) + sizeof(ok),
+                        reinterpret_cast<const void*>(h.remoteAddr), h.len);
+          }
+        }
+      } else if (h.opcode == IBV_WR_RDMA_WRITE || h.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
         recvOp = IBV_WC_RECV_RDMA_WITH_IMM;
         if (h.len > 0) {
           Mr* mr = findMr(h.rkey, qp->base.pd);
@@ -541,8 +564,13 @@ void execute(Qp* qp) {
         syndrome = kNakInvalid;
       }
     }
-    const AckFrame ack{h.psn, syndrome};
-    qp->inConn->queue(kAck, &ack, sizeof(ack));
+    if (!readResponse.empty()) {
+      qp->inConn->outBytes += readResponse.size();
+      qp->inConn->out.push_back(std::move(readResponse));
+    } else {
+      const AckFrame ack{h.psn, syndrome};
+      qp->inConn->queue(kAck, &ack, sizeof(ack));
+    }
     if (needsRecv && syndrome != kNakAccess) {
       RecvWqe r = std::move(qp->rq.front());
       qp->rq.pop_front();
@@ -568,12 +596,33 @@ void execute(Qp* qp) {
 void Context::onFrame(Qp* qp, Conn* c, bool fromOut) {
   const FrameHeader h = c->hdr;
   if (h.type == kNop) return;
-  if (fromOut && h.type == kAck && c->payload.size() == sizeof(AckFrame)) {
+  if (fromOut && h.type == kAck && c->payload.size() >= sizeof(AckFrame)) {
     AckFrame a;
     std::memcpy(&a, c->payload.data(), sizeof(a));
+    const size_t dataLen = c->payload.size() - sizeof(AckFrame);
     if (qp->inflight.empty() || qp->inflight.front().psn != a.psn) {
       peerLost(qp, "unexpected ACK");
       return;
+    }
+    SendWqe& w = qp->inflight.front();
+    const bool isRead = w.opcode == IBV_WR_RDMA_READ;
+    if (a.syndrome == kAckOk && (isRead ? dataLen != w.length : dataLen != 0)) {
+      peerLost(qp, "malformed ACK");
+      return;
+    }
+    if (a.syndrome == kAckOk && isRead) {  // scatter the data into the local SGEs
+      std::lock_guard<std::mutex> lk(gMrMu);
+      const uint8_t* src = c->payload.data() + sizeof(AckFrame);
+      for (const ibv_sge& s : w.sges) {
+        if (s.length == 0) continue;
+        Mr* mr = findMr(s.lkey, qp->base.pd);
+        if (mr == nullptr || (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0 || !inRange(mr, s.addr, s.length)) {
+          errorQp(qp, IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR, "local protection error (RDMA READ target)");
+          return;
+        }
+        std::memcpy(reinterpret_cast<void*>(s.addr), src, s.length);
+        src += s.length;
+      }
     }
     if (a.syndrome == kAckOk) {
       completeSend(qp, qp->inflight.front(), IBV_WC_SUCCESS);
@@ -589,7 +638,8 @@ void Context::onFrame(Qp* qp, Conn* c, bool fromOut) {
   if (!fromOut && h.type == kRequest && c->payload.size() >= sizeof(RequestFrame)) {
     Request r;
     std::memcpy(&r.hdr, c->payload.data(), sizeof(r.hdr));
-    if (c->payload.size() != sizeof(RequestFrame) + r.hdr.len) {
+    const size_t dataLen = r.hdr.opcode == IBV_WR_RDMA_READ ? 0 : r.hdr.len;
+    if (r.hdr.len > kMaxMsg || c->payload.size() != sizeof(RequestFrame) + dataLen) {
       peerLost(qp, "malformed request frame");
       return;
     }
@@ -837,7 +887,7 @@ void Context::run() {
       }
       if ((ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
         const bool fromOut = s.kind == 0;
-        const size_t maxLen = fromOut ? sizeof(AckFrame) : sizeof(RequestFrame) + kMaxMsg;
+        const size_t maxLen = fromOut ? sizeof(AckFrame) + kMaxMsg : sizeof(RequestFrame) + kMaxMsg;
         const bool ok = readFrames(c, maxLen, [&] {
           onFrame(qp, c, fromOut);
           return qp->state != IBV_QPS_ERR;
@@ -1358,7 +1408,10 @@ int svPostSend(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
     if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
       err = EINVAL;
     } else if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM &&
-               wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) {
+               wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM &&
+               wr->opcode != IBV_WR_RDMA_READ) {
+      err = EINVAL;
+    } else if (wr->opcode == IBV_WR_RDMA_READ && (wr->send_flags & IBV_SEND_INLINE) != 0) {
       err = EINVAL;
     } else if (wr->num_sge < 0 || wr->num_sge > static_cast<int>(qp->cap.max_send_sge) ||
                (wr->num_sge > 0 && wr->sg_list == nullptr)) {

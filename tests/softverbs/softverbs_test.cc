@@ -478,6 +478,40 @@ TEST_F(IbverbsLoopback, WriteWithImm) {
   EXPECT_EQ(buf_[0], buf_[1]);
 }
 
+TEST_F(IbverbsLoopback, RdmaRead) {
+  for (size_t i = 0; i < 65536; ++i) buf_[1][i] = static_cast<uint8_t>(i * 13 + 1);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf_[0].data()), 65536, mr_[0]->lkey};
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = 9;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = info_[1].addr;
+  wr.wr.rdma.rkey = info_[1].rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(api().postSend(qp_[0], &wr, &bad), 0);
+  auto wcs = waitWc(dev_.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(std::memcmp(buf_[0].data(), buf_[1].data(), 65536), 0);
+
+  // A region without REMOTE_READ: remote access error.
+  std::vector<uint8_t> wo(4096);
+  ibv_mr* woMr = api().regMr(dev_.pd, wo.data(), wo.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(woMr, nullptr);
+  sge.length = 1024;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(wo.data());
+  wr.wr.rdma.rkey = woMr->rkey;
+  ASSERT_EQ(api().postSend(qp_[0], &wr, &bad), 0);
+  wcs = waitWc(dev_.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(api().deregMr(woMr), 0);
+}
+
 TEST_F(IbverbsLoopback, UnsignaledWritesAndOrder) {
   for (int i = 0; i < 8; ++i) {
     std::memset(buf_[0].data() + i * 1024, 'a' + i, 1024);
