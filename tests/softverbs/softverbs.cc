@@ -59,6 +59,26 @@ constexpr auto kNopInterval = std::chrono::milliseconds(200);
 enum FrameType : uint32_t { kHello = 1, kRequest = 2, kAck = 3, kNop = 4 };
 enum Syndrome : uint32_t { kAckOk = 0, kNakAccess = 1, kNakInvalid = 2, kNakOperation = 3 };
 
+// A byte buffer whose resize leaves the bytes uninitialized: frames are
+// written over at once, and zeroing megabytes per message costs.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using Bytes = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+
 struct FrameHeader {
   uint32_t type;
   uint32_t len;  // payload bytes after this header
@@ -204,19 +224,19 @@ struct Conn {
   int fd = -1;
   bool connecting = false;
   bool dead = false;
-  std::deque<std::vector<uint8_t>> out;
+  std::deque<Bytes> out;
   size_t outOff = 0;
   size_t outBytes = 0;
   FrameHeader hdr{};
   size_t hdrGot = 0;
-  std::vector<uint8_t> payload;
+  Bytes payload;
   size_t payloadGot = 0;
   Clock::time_point lastRecv = Clock::now();
   Clock::time_point lastSend = Clock::now();
   Clock::time_point born = Clock::now();
 
   void queue(FrameType type, const void* body, size_t len) {
-    std::vector<uint8_t> f(sizeof(FrameHeader) + len);
+    Bytes f(sizeof(FrameHeader) + len);
     const FrameHeader h{type, static_cast<uint32_t>(len)};
     std::memcpy(f.data(), &h, sizeof(h));
     if (len > 0) std::memcpy(f.data() + sizeof(h), body, len);
@@ -246,7 +266,7 @@ struct RecvWqe {
 
 struct Request {
   RequestFrame hdr;
-  std::vector<uint8_t> frame;  // the whole payload (header + data)
+  Bytes frame;  // the whole payload (header + data)
   const uint8_t* data() const { return frame.data() + sizeof(RequestFrame); }
 };
 
@@ -458,7 +478,7 @@ void Context::pump(Qp* qp) {
     }
     const bool isRead = w.opcode == IBV_WR_RDMA_READ;  // the data comes back with the ACK
     const uint32_t dataLen = isRead ? 0 : w.length;
-    std::vector<uint8_t> f(sizeof(FrameHeader) + sizeof(RequestFrame) + dataLen);
+    Bytes f(sizeof(FrameHeader) + sizeof(RequestFrame) + dataLen);
     const FrameHeader h{kRequest, static_cast<uint32_t>(sizeof(RequestFrame) + dataLen)};
     std::memcpy(f.data(), &h, sizeof(h));
     std::memcpy(f.data() + sizeof(h), &rf, sizeof(rf));
@@ -504,7 +524,7 @@ void execute(Qp* qp) {
     uint32_t syndrome = kAckOk;
     ibv_wc_status recvStatus = IBV_WC_SUCCESS;
     ibv_wc_opcode recvOp = IBV_WC_RECV;
-    std::vector<uint8_t> readResponse;  // RDMA READ: the ACK frame with the data
+    Bytes readResponse;  // RDMA READ: the ACK frame with the data
     {
       std::lock_guard<std::mutex> lk(gMrMu);
       if (h.opcode == IBV_WR_RDMA_READ) {
@@ -668,7 +688,8 @@ bool readFrames(Conn* c, size_t maxLen, F&& frame) {
       c->hdrGot += static_cast<size_t>(n);
       if (c->hdrGot < sizeof(FrameHeader)) continue;
       if (c->hdr.len > maxLen) return false;  // length check
-      c->payload.assign(c->hdr.len, 0);
+      c->payload.clear();
+      c->payload.resize(c->hdr.len);
       c->payloadGot = 0;
     } else {
       c->payloadGot += static_cast<size_t>(n);
@@ -684,7 +705,7 @@ bool readFrames(Conn* c, size_t maxLen, F&& frame) {
 
 bool writeOut(Conn* c) {
   while (!c->out.empty()) {
-    std::vector<uint8_t>& f = c->out.front();
+    Bytes& f = c->out.front();
     const ssize_t n = ::send(c->fd, f.data() + c->outOff, f.size() - c->outOff, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     c->outOff += static_cast<size_t>(n);
