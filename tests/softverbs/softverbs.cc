@@ -314,7 +314,14 @@ struct Context {
   bool stop = false;
   std::thread thread;
 
+  bool polling = false;  // the progress thread is in poll() (or about to be)
+
+  // Wakes the progress thread; the caller holds mu. Not needed while the
+  // thread is awake: it looks at every QP before it polls again.
   void kick() {
+    if (polling) wakeAlways();
+  }
+  void wakeAlways() {
     const char c = 1;
     ssize_t r = ::write(wake[1], &c, 1);
     (void)r;
@@ -848,9 +855,11 @@ void Context::run() {
       fds.push_back({pending[i]->fd, POLLIN, 0});
       slots.push_back({nullptr, pending[i].get(), 2, i});
     }
+    polling = true;
     lk.unlock();
     ::poll(fds.data(), fds.size(), 50);
     lk.lock();
+    polling = false;
     if (stop) break;
     if (fds[0].revents != 0) {
       char buf[64];
@@ -1002,7 +1011,7 @@ int svCloseDevice(ibv_context* c) {
     std::lock_guard<std::mutex> lk(ctx->mu);
     ctx->stop = true;
   }
-  ctx->kick();
+  ctx->wakeAlways();
   ctx->thread.join();
   for (auto& [index, qp] : ctx->qps) {
     (void)index;
