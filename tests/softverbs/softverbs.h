@@ -41,13 +41,17 @@
 //   BRAID_SOFTVERBS_IFNAME=name       the interface the device is bound to
 //   BRAID_SOFTVERBS_DEBUG=1           log to stderr, prefixed "softverbs:"
 //   BRAID_SOFTVERBS_FAIL_AFTER=N      after this process's devices have sent N
-//                                     RDMA writes, the link "fails": every QP
-//                                     goes to ERR (outstanding sends complete
-//                                     IBV_WC_RETRY_EXC_ERR)
+//                                     RDMA writes, the link "fails": the next
+//                                     write and every sent-but-unacknowledged
+//                                     one complete IBV_WC_RETRY_EXC_ERR, every
+//                                     QP in RTR/RTS (now or later) goes to ERR
+//                                     and drops its connections, so the peers'
+//                                     QPs go to ERR too
 //   BRAID_SOFTVERBS_BAD_RKEY_AFTER=N  the Nth RDMA write this process sends
 //                                     carries a corrupted rkey (the responder
 //                                     NAKs: IBV_WC_REM_ACCESS_ERR)
-// The knobs are read when a device is opened (the counters are per process).
+// The knobs are read once, when the process first opens a device (the
+// counters are per process, over all its devices).
 //
 // Use: link the library and call
 // braid::setVerbsApiForTesting(braid_verbs_table()), or set
