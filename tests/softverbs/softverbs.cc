@@ -234,6 +234,8 @@ struct Conn {
   Clock::time_point lastRecv = Clock::now();
   Clock::time_point lastSend = Clock::now();
   Clock::time_point born = Clock::now();
+  uint32_t peerQpn = 0;  // an accepted connection: the QP that said hello
+  uint32_t peerIp = 0;   // and its address (network order)
 
   void queue(FrameType type, const void* body, size_t len) {
     Bytes f(sizeof(FrameHeader) + len);
@@ -315,6 +317,7 @@ struct Context {
   std::thread thread;
 
   bool polling = false;  // the progress thread is in poll() (or about to be)
+  int lastIndex = 0;     // the n of the QP created last
 
   // Wakes the progress thread; the caller holds mu. Not needed while the
   // thread is awake: it looks at every QP before it polls again.
@@ -759,7 +762,9 @@ void Context::onHello(std::unique_ptr<Conn>& c) {
   const int index = static_cast<int>(hello.dstQpn & 0xff);
   auto it = qps.find(index);
   if (hello.magic != kHelloMagic || (hello.dstQpn >> 8) != port || it == qps.end() || it->second->destroyed ||
-      it->second->state == IBV_QPS_ERR) {
+      it->second->state == IBV_QPS_ERR ||
+      (it->second->state >= IBV_QPS_RTR &&
+       (it->second->attr.dest_qp_num != hello.srcQpn || it->second->peerIp != c->peerIp))) {
     logf("hello for QP 0x%x from 0x%x rejected", hello.dstQpn, hello.srcQpn);
     closeConn(c);
     return;
@@ -769,6 +774,7 @@ void Context::onHello(std::unique_ptr<Conn>& c) {
   std::unique_ptr<Conn> old = std::move(qp->inConn);
   closeConn(old);
   c->lastRecv = Clock::now();
+  c->peerQpn = hello.srcQpn;
   qp->inConn = std::move(c);
   logf("QP 0x%x accepted a connection from QP 0x%x", qp->base.qp_num, hello.srcQpn);
 }
@@ -868,10 +874,14 @@ void Context::run() {
     }
     if ((fds[1].revents & POLLIN) != 0) {
       for (;;) {
-        const int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        sockaddr_in from{};
+        socklen_t fromLen = sizeof(from);
+        const int fd =
+            ::accept4(listenFd, reinterpret_cast<sockaddr*>(&from), &fromLen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
         auto c = std::make_unique<Conn>();
         c->fd = fd;
+        c->peerIp = from.sin_addr.s_addr;
         tuneSocket(fd, std::chrono::seconds(10));
         pending.push_back(std::move(c));
       }
@@ -1227,10 +1237,14 @@ ibv_qp* svCreateQp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   }
   Context* ctx = ctxOf(pd->context);
   std::lock_guard<std::mutex> lk(ctx->mu);
+  // Numbers rotate (as a NIC's do) so that a connection meant for a QP just
+  // destroyed does not reach a new QP with the same number.
   int index = 0;
-  for (int i = 1; i <= 255; ++i) {
+  for (int k = 0; k < 255; ++k) {
+    const int i = (ctx->lastIndex + k) % 255 + 1;
     if (ctx->qps.count(i) == 0) {
       index = i;
+      ctx->lastIndex = i;
       break;
     }
   }
@@ -1378,7 +1392,11 @@ int svModifyQp(ibv_qp* q, ibv_qp_attr* a, int mask) {
     const HelloFrame hello{kHelloMagic, q->qp_num, a->dest_qp_num};
     c->queue(kHello, &hello, sizeof(hello));
     qp->outConn = std::move(c);
-    if (qp->inConn) qp->inConn->lastRecv = Clock::now();
+    if (qp->inConn && (qp->inConn->peerQpn != a->dest_qp_num || qp->inConn->peerIp != peerIp)) {
+      qp->inConn->dead = true;  // someone else's connection (a stale one): not our peer
+    } else if (qp->inConn) {
+      qp->inConn->lastRecv = Clock::now();
+    }
     setState(qp, IBV_QPS_RTR);
     if (qp->outConn->dead) peerLost(qp, "connect failed");
     logf("QP 0x%x -> RTR, peer QP 0x%x", q->qp_num, a->dest_qp_num);

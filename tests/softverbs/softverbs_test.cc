@@ -392,7 +392,12 @@ TEST(IbverbsSoftDevice, QpStateMachine) {
   err.qp_state = IBV_QPS_RESET;
   ASSERT_EQ(api().modifyQp(a, &err, IBV_QP_STATE), 0);
   EXPECT_EQ(toInit(a), 0);
+  const uint32_t oldNum = a->qp_num;
   EXPECT_EQ(api().destroyQp(a), 0);
+  ibv_qp* c = createQp(d);  // numbers are not reused at once
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE(c->qp_num, oldNum);
+  EXPECT_EQ(api().destroyQp(c), 0);
   EXPECT_EQ(api().destroyQp(b), 0);
   d.close();
 }
