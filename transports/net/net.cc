@@ -89,7 +89,13 @@ Status selectNet(Net** out) {
       reason = "NCCL_NET unset and an RDMA port is usable";
     } else {
       BRAID_CHECK(socketNet(out));
-      reason = strCat("NCCL_NET unset and no RDMA port is usable: ", why.message());
+      // The refusal's text without its NCCL_NET=IB framing.
+      std::string text = why.message();
+      const std::string prefix = "NCCL_NET=IB: ";
+      if (text.rfind(prefix, 0) == 0) text.erase(0, prefix.size());
+      const size_t hint = text.find(kUseSocket);
+      if (hint != std::string::npos) text.erase(hint);
+      reason = strCat("NCCL_NET unset and no RDMA port is usable: ", text);
     }
   } else {
     BRAID_CHECK(socketNet(out));
