@@ -255,6 +255,25 @@ TEST(IbverbsNetQps, FourQueuePairsPerConnection) {
   setVerbsApiForTesting(nullptr);
 }
 
+// NCCL_NET unset: as NCCL, the verbs Net when an RDMA port is usable.
+TEST(IbverbsNetSelect, UnsetNetPrefersVerbsAndSocketStaysAvailable) {
+  setVerbsApiForTesting(braid_verbs_table());
+  unsetenv("NCCL_NET");
+  ParamRegistry::instance().reload();
+  Net* net = nullptr;
+  Status st = selectNet(&net);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_STREQ(net->name(), "IB");
+  setenv("NCCL_NET", "Socket", 1);
+  ParamRegistry::instance().reload();
+  st = selectNet(&net);
+  unsetenv("NCCL_NET");
+  ParamRegistry::instance().reload();
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_STREQ(net->name(), "Socket");
+  setVerbsApiForTesting(nullptr);
+}
+
 // ------------------------------------------------------------ across processes
 // The parent never opens a device: each child opens its own after the fork.
 
