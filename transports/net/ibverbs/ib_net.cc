@@ -245,7 +245,9 @@ struct MrEntry {
 
 class IbComm {
  public:
-  IbComm(const VerbsApi* api, IbDevice* dev, bool isSend) : api_(api), dev_(dev), isSend_(isSend) {}
+  IbComm(const VerbsApi* api, IbDevice* dev, bool isSend) : api_(api), dev_(dev), isSend_(isSend) {
+    std::fill(std::begin(ctsSeen_), std::end(ctsSeen_), ~0u);
+  }
   ~IbComm() { destroy(); }
 
   // Creates the CQ, the queue pairs (INIT) and the control memory.
@@ -348,8 +350,9 @@ class IbComm {
     return okStatus();
   }
 
-  // The receiver posts its receives ahead, so a write with immediate never
-  // finds an empty receive queue.
+  // Both ends post their receives ahead (the receiver for the records and
+  // parts, the sender for the clear-to-send entries), so a write with
+  // immediate never finds an empty receive queue.
   Status postReceives() {
     for (size_t q = 0; q < qps_.size(); ++q) {
       for (int i = 0; i < kRecvDepth; ++i) BRAID_CHECK(postRecv(static_cast<int>(q)));
@@ -409,7 +412,7 @@ class IbComm {
     e.pad = 0;
     Status st =
         write(0, &e, sizeof(e), ctrlMr_->lkey, remoteCtrl_ + offsetof(Ctrl, fifo) + slot * sizeof(FifoEntry),
-              remoteRkey_, false, 0, kWrFifo | r->seq);
+              remoteRkey_, true, r->seq & kSeqMask, kWrFifo | r->seq);
     if (!st.ok()) fail(std::move(st));
     return error_;
   }
@@ -507,11 +510,16 @@ class IbComm {
     for (uint32_t k = 0; k < static_cast<uint32_t>(kSlots) && error_.ok(); ++k) {
       NetRequest* r = &reqs_[(sendNext_ + k) % kSlots];
       if (!r->used || r->posted || r->seq != sendNext_ + k) break;  // in order
-      volatile FifoEntry* ve = &ctrl_->fifo[r->seq % kSlots];
-      if (ve->seq1 != r->seq + 1) break;
-      std::atomic_thread_fence(std::memory_order_acquire);
-      const uint64_t addr = ve->addr, bufSize = ve->size;
-      const uint32_t rkey = ve->rkey;
+      // The entry's write-with-immediate completed: the entry is in memory.
+      if (ctsSeen_[r->seq % kSlots] != (r->seq & kSeqMask)) break;
+      const FifoEntry& fe = ctrl_->fifo[r->seq % kSlots];
+      if (fe.seq1 != r->seq + 1) {
+        fail(remoteError("a garbled clear-to-send entry arrived (sequence ", fe.seq1, ", expected ",
+                         r->seq + 1, ")"));
+        return;
+      }
+      const uint64_t addr = fe.addr, bufSize = fe.size;
+      const uint32_t rkey = fe.rkey;
       r->posted = true;
       r->bufferSize = bufSize;
       const int slot = static_cast<int>(r->seq % kSlots);
@@ -603,6 +611,10 @@ class IbComm {
       return;
     }
     const uint32_t imm = ntohl(wc.imm_data);
+    if (isSend_) {  // a clear-to-send entry landed in the FIFO
+      ctsSeen_[imm % kSlots] = imm & kSeqMask;
+      return;
+    }
     if ((imm & kCloseBit) != 0) {
       const volatile uint64_t* closed = &ctrl_->closed;
       std::atomic_thread_fence(std::memory_order_acquire);
@@ -768,6 +780,9 @@ class IbComm {
   NetRequest reqs_[kSlots];
   uint32_t seq_ = 0;       // the next request's sequence
   uint32_t sendNext_ = 0;  // sender: the first sequence not yet written
+  // sender: per FIFO slot, the sequence (31 bits) of the last entry whose
+  // write-with-immediate completed here (~0: none yet)
+  uint32_t ctsSeen_[kSlots];
   Status error_;
   bool closed_ = false;  // receiver: the sender's close mark arrived
   uint32_t closedAt_ = 0;
@@ -1145,6 +1160,8 @@ class IbNet final : public Net {
       return remoteError("the verbs connection setup got a garbled reply");
     }
     BRAID_CHECK(c->comm->connectQps(c->reply, settings_));
+    BRAID_CHECK(
+        c->comm->postReceives());  // for the clear-to-send entries, before the receiver may write them
     const uint32_t ack = kAckMagic;
     BRAID_CHECK(c->sock.sendAll(&ack, sizeof(ack), deadlineIn(2), nullptr));
     c->comm->setLink(std::move(c->sock), c->addressText);

@@ -19,8 +19,10 @@
 // whose process dies or whose link drops becomes an error naming it.
 //
 // Data path (as NCCL's): irecv RDMA-writes a FIFO entry {buffer address,
-// rkey, size, sequence} into the sender's FIFO; isend waits (test() makes
-// progress) for the entry with its sequence, then RDMA-writes the payload
+// rkey, size, sequence} into the sender's FIFO, with immediate (so the
+// sender learns of it from a completion, never by reading memory the NIC
+// may still be writing); isend waits (test() makes progress) for the entry
+// with its sequence, then RDMA-writes the payload
 // (split over the NCCL_IB_QPS_PER_CONNECTION queue pairs; parts on queue
 // pairs other than the first are writes with immediate), then on the first
 // queue pair a record {size, tag, sequence} into the receiver's record slot
