@@ -417,18 +417,23 @@ class IbComm {
     return error_;
   }
 
+  // A request that completed is reported done even if the comm failed
+  // after it (its bytes moved); any other request of a failed comm fails.
   Status test(NetRequest* r, bool* done, size_t* size, uint32_t* tag) {
     if (error_.ok()) poll();
     if (error_.ok() && isSend_) progressSends();
     if (error_.ok() && !r->done) checkLink();
-    if (!error_.ok()) return error_;
+    if (error_.ok() && !r->done && receiverGone_) {
+      fail(remoteError("the receiver's queue pairs went away (it died or closed the connection)"));
+    }
     *done = r->done;
     if (r->done) {
       if (size != nullptr) *size = r->size;
       if (tag != nullptr) *tag = r->tag;
       r->used = false;
+      return okStatus();
     }
-    return okStatus();
+    return error_;
   }
 
   // An orderly close: the close mark, so the receiver tells a closed comm
@@ -574,6 +579,13 @@ class IbComm {
     // After the sender's close mark its queue pairs go away: the receives
     // still posted may be flushed; nothing more arrives.
     if (closed_ && wc.status != IBV_WC_SUCCESS) return;
+    // The sender's receives (for clear-to-send entries) are flushed when the
+    // receiver's queue pairs go away, as when it closes after its last
+    // message: an error only for a send still waiting (test()).
+    if (isSend_ && kind == kWrRecv && wc.status == IBV_WC_WR_FLUSH_ERR) {
+      receiverGone_ = true;
+      return;
+    }
     if (wc.status != IBV_WC_SUCCESS) {
       const char* what = kind == kWrRecv    ? "a receive"
                          : kind == kWrFifo  ? "a clear-to-send write"
@@ -669,8 +681,11 @@ class IbComm {
     const ssize_t n = ::recv(sock_.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return;
     const int err = errno;
-    poll();  // a close mark may be waiting
-    if (!error_.ok() || closed_) return;
+    // Completions the peer caused before it went (a close mark, the last
+    // message) may still be on their way into the CQ: keep polling a moment.
+    if (linkLostAt_ == Clock::time_point{}) linkLostAt_ = now;
+    poll();
+    if (!error_.ok() || closed_ || now - linkLostAt_ < std::chrono::milliseconds(100)) return;
     if (n == 0) {
       fail(remoteError("the peer closed the connection (its process died or closed the communicator)"));
     } else if (err == ETIMEDOUT) {
@@ -777,6 +792,7 @@ class IbComm {
   Socket sock_;
   std::string peer_ = "a peer";
   Clock::time_point lastLinkCheck_{};
+  Clock::time_point linkLostAt_{};  // when the liveness stream first reported the peer gone
   NetRequest reqs_[kSlots];
   uint32_t seq_ = 0;       // the next request's sequence
   uint32_t sendNext_ = 0;  // sender: the first sequence not yet written
@@ -787,6 +803,7 @@ class IbComm {
   bool closed_ = false;  // receiver: the sender's close mark arrived
   uint32_t closedAt_ = 0;
   bool closeDone_ = false;
+  bool receiverGone_ = false;  // sender: its clear-to-send receives were flushed
   std::vector<std::unique_ptr<MrEntry>> mrs_;
   uint64_t useClock_ = 0;
 };
