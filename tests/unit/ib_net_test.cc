@@ -328,11 +328,12 @@ int receiverChild(int handleFd, int mode) {
   std::vector<char> in(n);
   for (int m = 0; m < 3; ++m) {
     NetRequest* r = nullptr;
-    if (!net->irecv(recv, in.data(), n, nullptr, &r).ok() || r == nullptr) return kSetupFailed;
-    std::vector<size_t> got;
-    std::vector<uint32_t> tags;
     const auto t0 = Clock::now();
-    Status st = waitAll(net.get(), {r}, &got, &tags, 30);
+    Status st = net->irecv(recv, in.data(), n, nullptr, &r);  // a comm that failed already says so here
+    if (st.ok() && r == nullptr) return kSetupFailed;
+    std::vector<size_t> got(1);
+    std::vector<uint32_t> tags(1);
+    if (st.ok()) st = waitAll(net.get(), {r}, &got, &tags, 30);
     if (mode == 0) {
       if (!st.ok() || got[0] != n - static_cast<size_t>(m) || tags[0] != static_cast<uint32_t>(m)) {
         std::fprintf(stderr, "receiver: %s\n", st.message().c_str());
