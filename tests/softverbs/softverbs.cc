@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -57,6 +58,26 @@ constexpr auto kNopInterval = std::chrono::milliseconds(200);
 
 enum FrameType : uint32_t { kHello = 1, kRequest = 2, kAck = 3, kNop = 4 };
 enum Syndrome : uint32_t { kAckOk = 0, kNakAccess = 1, kNakInvalid = 2, kNakOperation = 3 };
+
+// A byte buffer whose resize leaves the bytes uninitialized: frames are
+// written over at once, and zeroing megabytes per message costs.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using Bytes = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
 
 struct FrameHeader {
   uint32_t type;
@@ -186,30 +207,38 @@ struct Cq {
   std::mutex mu;
   std::deque<ibv_wc> entries;
   bool overrun = false;
+  // entries.size(), or -1 once overrun: lets pollCq on an empty CQ return
+  // without the lock (a consumer spinning on it would starve the producer).
+  std::atomic<int> ready{0};
 };
 
-std::mutex gMrMu;
-std::unordered_map<uint32_t, Mr*> gMrs;  // key (lkey == rkey) -> region
-std::mt19937 gRng{static_cast<uint32_t>(std::random_device{}()) ^ static_cast<uint32_t>(getpid())};
+// Never destroyed: a progress thread of a context the program never closed
+// (NCCL keeps its contexts to the end) may still use them during exit.
+std::mutex& gMrMu = *new std::mutex;
+std::unordered_map<uint32_t, Mr*>& gMrs = *new std::unordered_map<uint32_t, Mr*>;  // key (lkey == rkey)
+std::mt19937& gRng =
+    *new std::mt19937(static_cast<uint32_t>(std::random_device{}()) ^ static_cast<uint32_t>(getpid()));
 
 // A TCP connection between two devices, owned by the progress thread.
 struct Conn {
   int fd = -1;
   bool connecting = false;
   bool dead = false;
-  std::deque<std::vector<uint8_t>> out;
+  std::deque<Bytes> out;
   size_t outOff = 0;
   size_t outBytes = 0;
   FrameHeader hdr{};
   size_t hdrGot = 0;
-  std::vector<uint8_t> payload;
+  Bytes payload;
   size_t payloadGot = 0;
   Clock::time_point lastRecv = Clock::now();
   Clock::time_point lastSend = Clock::now();
   Clock::time_point born = Clock::now();
+  uint32_t peerQpn = 0;  // an accepted connection: the QP that said hello
+  uint32_t peerIp = 0;   // and its address (network order)
 
   void queue(FrameType type, const void* body, size_t len) {
-    std::vector<uint8_t> f(sizeof(FrameHeader) + len);
+    Bytes f(sizeof(FrameHeader) + len);
     const FrameHeader h{type, static_cast<uint32_t>(len)};
     std::memcpy(f.data(), &h, sizeof(h));
     if (len > 0) std::memcpy(f.data() + sizeof(h), body, len);
@@ -239,7 +268,7 @@ struct RecvWqe {
 
 struct Request {
   RequestFrame hdr;
-  std::vector<uint8_t> frame;  // the whole payload (header + data)
+  Bytes frame;  // the whole payload (header + data)
   const uint8_t* data() const { return frame.data() + sizeof(RequestFrame); }
 };
 
@@ -287,7 +316,15 @@ struct Context {
   bool stop = false;
   std::thread thread;
 
+  bool polling = false;  // the progress thread is in poll() (or about to be)
+  int lastIndex = 0;     // the n of the QP created last
+
+  // Wakes the progress thread; the caller holds mu. Not needed while the
+  // thread is awake: it looks at every QP before it polls again.
   void kick() {
+    if (polling) wakeAlways();
+  }
+  void wakeAlways() {
     const char c = 1;
     ssize_t r = ::write(wake[1], &c, 1);
     (void)r;
@@ -329,16 +366,19 @@ void pushCqe(ibv_cq* cq, const ibv_wc& wc) {
   if (c->overrun) return;
   if (static_cast<int>(c->entries.size()) >= c->base.cqe) {
     c->overrun = true;
+    c->ready.store(-1, std::memory_order_release);
     logf("CQ %p overrun (%d entries): the CQ is in error", static_cast<void*>(cq), c->base.cqe);
     return;
   }
   c->entries.push_back(wc);
+  c->ready.store(static_cast<int>(c->entries.size()), std::memory_order_release);
 }
 
 ibv_wc_opcode sendWcOpcode(ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     default: return IBV_WC_SEND;
   }
 }
@@ -446,12 +486,16 @@ void Context::pump(Qp* qp) {
              static_cast<unsigned long long>(n));
       }
     }
-    std::vector<uint8_t> f(sizeof(FrameHeader) + sizeof(RequestFrame) + w.length);
-    const FrameHeader h{kRequest, static_cast<uint32_t>(sizeof(RequestFrame) + w.length)};
+    const bool isRead = w.opcode == IBV_WR_RDMA_READ;  // the data comes back with the ACK
+    const uint32_t dataLen = isRead ? 0 : w.length;
+    Bytes f(sizeof(FrameHeader) + sizeof(RequestFrame) + dataLen);
+    const FrameHeader h{kRequest, static_cast<uint32_t>(sizeof(RequestFrame) + dataLen)};
     std::memcpy(f.data(), &h, sizeof(h));
     std::memcpy(f.data() + sizeof(h), &rf, sizeof(rf));
     uint8_t* dst = f.data() + sizeof(h) + sizeof(rf);
-    if (w.isInline) {
+    if (isRead) {
+      // local SGEs are checked when the response arrives
+    } else if (w.isInline) {
       if (w.length > 0) std::memcpy(dst, w.inlineData.data(), w.length);
     } else {
       std::lock_guard<std::mutex> lk(gMrMu);
@@ -490,9 +534,27 @@ void execute(Qp* qp) {
     uint32_t syndrome = kAckOk;
     ibv_wc_status recvStatus = IBV_WC_SUCCESS;
     ibv_wc_opcode recvOp = IBV_WC_RECV;
+    Bytes readResponse;  // RDMA READ: the ACK frame with the data
     {
       std::lock_guard<std::mutex> lk(gMrMu);
-      if (h.opcode == IBV_WR_RDMA_WRITE || h.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      if (h.opcode == IBV_WR_RDMA_READ) {
+        Mr* mr = h.len > 0 ? findMr(h.rkey, qp->base.pd) : nullptr;
+        if (h.len > 0 &&
+            (mr == nullptr || (mr->access & IBV_ACCESS_REMOTE_READ) == 0 ||
+             (qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 || !inRange(mr, h.remoteAddr, h.len))) {
+          syndrome = kNakAccess;
+        } else {
+          readResponse.resize(sizeof(FrameHeader) + sizeof(AckFrame) + h.len);
+          const FrameHeader fh{kAck, static_cast<uint32_t>(sizeof(AckFrame) + h.len)};
+          const AckFrame ok{h.psn, kAckOk};
+          std::memcpy(readResponse.data(), &fh, sizeof(fh));
+          std::memcpy(readResponse.data() + sizeof(fh), &ok, sizeof(ok));
+          if (h.len > 0) {
+            std::memcpy(readResponse.data() + sizeof(fh) + sizeof(ok),
+                        reinterpret_cast<const void*>(h.remoteAddr), h.len);
+          }
+        }
+      } else if (h.opcode == IBV_WR_RDMA_WRITE || h.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
         recvOp = IBV_WC_RECV_RDMA_WITH_IMM;
         if (h.len > 0) {
           Mr* mr = findMr(h.rkey, qp->base.pd);
@@ -532,8 +594,13 @@ void execute(Qp* qp) {
         syndrome = kNakInvalid;
       }
     }
-    const AckFrame ack{h.psn, syndrome};
-    qp->inConn->queue(kAck, &ack, sizeof(ack));
+    if (!readResponse.empty()) {
+      qp->inConn->outBytes += readResponse.size();
+      qp->inConn->out.push_back(std::move(readResponse));
+    } else {
+      const AckFrame ack{h.psn, syndrome};
+      qp->inConn->queue(kAck, &ack, sizeof(ack));
+    }
     if (needsRecv && syndrome != kNakAccess) {
       RecvWqe r = std::move(qp->rq.front());
       qp->rq.pop_front();
@@ -559,12 +626,33 @@ void execute(Qp* qp) {
 void Context::onFrame(Qp* qp, Conn* c, bool fromOut) {
   const FrameHeader h = c->hdr;
   if (h.type == kNop) return;
-  if (fromOut && h.type == kAck && c->payload.size() == sizeof(AckFrame)) {
+  if (fromOut && h.type == kAck && c->payload.size() >= sizeof(AckFrame)) {
     AckFrame a;
     std::memcpy(&a, c->payload.data(), sizeof(a));
+    const size_t dataLen = c->payload.size() - sizeof(AckFrame);
     if (qp->inflight.empty() || qp->inflight.front().psn != a.psn) {
       peerLost(qp, "unexpected ACK");
       return;
+    }
+    SendWqe& w = qp->inflight.front();
+    const bool isRead = w.opcode == IBV_WR_RDMA_READ;
+    if (a.syndrome == kAckOk && (isRead ? dataLen != w.length : dataLen != 0)) {
+      peerLost(qp, "malformed ACK");
+      return;
+    }
+    if (a.syndrome == kAckOk && isRead) {  // scatter the data into the local SGEs
+      std::lock_guard<std::mutex> lk(gMrMu);
+      const uint8_t* src = c->payload.data() + sizeof(AckFrame);
+      for (const ibv_sge& s : w.sges) {
+        if (s.length == 0) continue;
+        Mr* mr = findMr(s.lkey, qp->base.pd);
+        if (mr == nullptr || (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0 || !inRange(mr, s.addr, s.length)) {
+          errorQp(qp, IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR, "local protection error (RDMA READ target)");
+          return;
+        }
+        std::memcpy(reinterpret_cast<void*>(s.addr), src, s.length);
+        src += s.length;
+      }
     }
     if (a.syndrome == kAckOk) {
       completeSend(qp, qp->inflight.front(), IBV_WC_SUCCESS);
@@ -580,7 +668,8 @@ void Context::onFrame(Qp* qp, Conn* c, bool fromOut) {
   if (!fromOut && h.type == kRequest && c->payload.size() >= sizeof(RequestFrame)) {
     Request r;
     std::memcpy(&r.hdr, c->payload.data(), sizeof(r.hdr));
-    if (c->payload.size() != sizeof(RequestFrame) + r.hdr.len) {
+    const size_t dataLen = r.hdr.opcode == IBV_WR_RDMA_READ ? 0 : r.hdr.len;
+    if (r.hdr.len > kMaxMsg || c->payload.size() != sizeof(RequestFrame) + dataLen) {
       peerLost(qp, "malformed request frame");
       return;
     }
@@ -609,7 +698,8 @@ bool readFrames(Conn* c, size_t maxLen, F&& frame) {
       c->hdrGot += static_cast<size_t>(n);
       if (c->hdrGot < sizeof(FrameHeader)) continue;
       if (c->hdr.len > maxLen) return false;  // length check
-      c->payload.assign(c->hdr.len, 0);
+      c->payload.clear();
+      c->payload.resize(c->hdr.len);
       c->payloadGot = 0;
     } else {
       c->payloadGot += static_cast<size_t>(n);
@@ -625,7 +715,7 @@ bool readFrames(Conn* c, size_t maxLen, F&& frame) {
 
 bool writeOut(Conn* c) {
   while (!c->out.empty()) {
-    std::vector<uint8_t>& f = c->out.front();
+    Bytes& f = c->out.front();
     const ssize_t n = ::send(c->fd, f.data() + c->outOff, f.size() - c->outOff, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     c->outOff += static_cast<size_t>(n);
@@ -645,11 +735,14 @@ void closeConn(std::unique_ptr<Conn>& c) {
   c.reset();
 }
 
+// The kernel's own guard (unacknowledged data, keepalive) backs up the
+// progress thread's silence check; it is never shorter than 10 s so that a
+// peer QP slow to reach RTR (its socket not read yet) is not cut off.
 void tuneSocket(int fd, Clock::duration timeout) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  const unsigned ms =
-      static_cast<unsigned>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+  const unsigned ms = static_cast<unsigned>(
+      std::max<int64_t>(10000, std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   const int idle = 1, cnt = 3;
@@ -669,7 +762,9 @@ void Context::onHello(std::unique_ptr<Conn>& c) {
   const int index = static_cast<int>(hello.dstQpn & 0xff);
   auto it = qps.find(index);
   if (hello.magic != kHelloMagic || (hello.dstQpn >> 8) != port || it == qps.end() || it->second->destroyed ||
-      it->second->state == IBV_QPS_ERR) {
+      it->second->state == IBV_QPS_ERR ||
+      (it->second->state >= IBV_QPS_RTR &&
+       (it->second->attr.dest_qp_num != hello.srcQpn || it->second->peerIp != c->peerIp))) {
     logf("hello for QP 0x%x from 0x%x rejected", hello.dstQpn, hello.srcQpn);
     closeConn(c);
     return;
@@ -679,6 +774,7 @@ void Context::onHello(std::unique_ptr<Conn>& c) {
   std::unique_ptr<Conn> old = std::move(qp->inConn);
   closeConn(old);
   c->lastRecv = Clock::now();
+  c->peerQpn = hello.srcQpn;
   qp->inConn = std::move(c);
   logf("QP 0x%x accepted a connection from QP 0x%x", qp->base.qp_num, hello.srcQpn);
 }
@@ -765,9 +861,11 @@ void Context::run() {
       fds.push_back({pending[i]->fd, POLLIN, 0});
       slots.push_back({nullptr, pending[i].get(), 2, i});
     }
+    polling = true;
     lk.unlock();
     ::poll(fds.data(), fds.size(), 50);
     lk.lock();
+    polling = false;
     if (stop) break;
     if (fds[0].revents != 0) {
       char buf[64];
@@ -776,10 +874,14 @@ void Context::run() {
     }
     if ((fds[1].revents & POLLIN) != 0) {
       for (;;) {
-        const int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        sockaddr_in from{};
+        socklen_t fromLen = sizeof(from);
+        const int fd =
+            ::accept4(listenFd, reinterpret_cast<sockaddr*>(&from), &fromLen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
         auto c = std::make_unique<Conn>();
         c->fd = fd;
+        c->peerIp = from.sin_addr.s_addr;
         tuneSocket(fd, std::chrono::seconds(10));
         pending.push_back(std::move(c));
       }
@@ -825,7 +927,7 @@ void Context::run() {
       }
       if ((ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
         const bool fromOut = s.kind == 0;
-        const size_t maxLen = fromOut ? sizeof(AckFrame) : sizeof(RequestFrame) + kMaxMsg;
+        const size_t maxLen = fromOut ? sizeof(AckFrame) + kMaxMsg : sizeof(RequestFrame) + kMaxMsg;
         const bool ok = readFrames(c, maxLen, [&] {
           onFrame(qp, c, fromOut);
           return qp->state != IBV_QPS_ERR;
@@ -919,7 +1021,7 @@ int svCloseDevice(ibv_context* c) {
     std::lock_guard<std::mutex> lk(ctx->mu);
     ctx->stop = true;
   }
-  ctx->kick();
+  ctx->wakeAlways();
   ctx->thread.join();
   for (auto& [index, qp] : ctx->qps) {
     (void)index;
@@ -1106,6 +1208,7 @@ int svDestroyCq(ibv_cq* cq) {
 
 int svPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   Cq* c = cqOf(cq);
+  if (c->ready.load(std::memory_order_acquire) == 0) return 0;
   std::lock_guard<std::mutex> lk(c->mu);
   if (c->overrun) return -1;
   int got = 0;
@@ -1113,6 +1216,7 @@ int svPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
     wc[got++] = c->entries.front();
     c->entries.pop_front();
   }
+  c->ready.store(static_cast<int>(c->entries.size()), std::memory_order_release);
   return got;
 }
 
@@ -1133,10 +1237,14 @@ ibv_qp* svCreateQp(ibv_pd* pd, ibv_qp_init_attr* ia) {
   }
   Context* ctx = ctxOf(pd->context);
   std::lock_guard<std::mutex> lk(ctx->mu);
+  // Numbers rotate (as a NIC's do) so that a connection meant for a QP just
+  // destroyed does not reach a new QP with the same number.
   int index = 0;
-  for (int i = 1; i <= 255; ++i) {
+  for (int k = 0; k < 255; ++k) {
+    const int i = (ctx->lastIndex + k) % 255 + 1;
     if (ctx->qps.count(i) == 0) {
       index = i;
+      ctx->lastIndex = i;
       break;
     }
   }
@@ -1284,7 +1392,11 @@ int svModifyQp(ibv_qp* q, ibv_qp_attr* a, int mask) {
     const HelloFrame hello{kHelloMagic, q->qp_num, a->dest_qp_num};
     c->queue(kHello, &hello, sizeof(hello));
     qp->outConn = std::move(c);
-    if (qp->inConn) qp->inConn->lastRecv = Clock::now();
+    if (qp->inConn && (qp->inConn->peerQpn != a->dest_qp_num || qp->inConn->peerIp != peerIp)) {
+      qp->inConn->dead = true;  // someone else's connection (a stale one): not our peer
+    } else if (qp->inConn) {
+      qp->inConn->lastRecv = Clock::now();
+    }
     setState(qp, IBV_QPS_RTR);
     if (qp->outConn->dead) peerLost(qp, "connect failed");
     logf("QP 0x%x -> RTR, peer QP 0x%x", q->qp_num, a->dest_qp_num);
@@ -1344,7 +1456,10 @@ int svPostSend(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
     if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
       err = EINVAL;
     } else if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM &&
-               wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) {
+               wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM &&
+               wr->opcode != IBV_WR_RDMA_READ) {
+      err = EINVAL;
+    } else if (wr->opcode == IBV_WR_RDMA_READ && (wr->send_flags & IBV_SEND_INLINE) != 0) {
       err = EINVAL;
     } else if (wr->num_sge < 0 || wr->num_sge > static_cast<int>(qp->cap.max_send_sge) ||
                (wr->num_sge > 0 && wr->sg_list == nullptr)) {
@@ -1377,11 +1492,12 @@ int svPostSend(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
       w.inlineData.resize(total);
       uint8_t* p = w.inlineData.data();
       for (int i = 0; i < wr->num_sge; ++i) {
+        if (wr->sg_list[i].length == 0) continue;
         std::memcpy(p, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
         p += wr->sg_list[i].length;
       }
     } else {
-      w.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      if (wr->num_sge > 0) w.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
     }
     if (qp->state == IBV_QPS_ERR) {
       completeSend(qp, w, IBV_WC_WR_FLUSH_ERR);
@@ -1415,7 +1531,7 @@ int svPostRecv(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     }
     RecvWqe r;
     r.wrId = wr->wr_id;
-    r.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+    if (wr->num_sge > 0) r.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
     if (qp->state == IBV_QPS_ERR) {
       completeRecv(qp, r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, false, 0);
       continue;

@@ -14,10 +14,10 @@
 // completion queues (an overrun puts the CQ in error: pollCq returns -1 from
 // then on, like IBV_EVENT_CQ_ERR); reliable-connected QPs with the verbs
 // state machine (RESET, INIT, RTR, RTS, ERR) and NCCL's attribute masks;
-// RDMA WRITE, RDMA WRITE WITH IMM, SEND and SEND WITH IMM, inline data and
-// several SGEs, IBV_SEND_SIGNALED and sq_sig_all; RNR with infinite retry (a
-// message that needs a receive waits until one is posted, in order); ACKs and
-// NAKs (a bad rkey completes IBV_WC_REM_ACCESS_ERR at the requester, which
+// RDMA WRITE, RDMA WRITE WITH IMM, RDMA READ, SEND and SEND WITH IMM,
+// inline data and several SGEs, IBV_SEND_SIGNALED and sq_sig_all; RNR with
+// infinite retry (a message that needs a receive waits until one is posted,
+// in order); ACKs and NAKs (a bad rkey completes IBV_WC_REM_ACCESS_ERR at the requester, which
 // goes to ERR and flushes the rest); a peer that vanishes (EOF, reset, or
 // silence for the QP's timeout: 4.096 us * 2^timeout * (retry_cnt + 1),
 // clamped to [2 s, 10 s]) puts the QP in ERR, transmitted sends completing
@@ -30,8 +30,8 @@
 // INIT->RTR a QP connects to its peer's device and says hello {magic, its
 // QPN, the peer's QPN}; requests go on that connection, responses come back.
 //
-// What it does not do: UD/UC/XRC QPs, SRQs, atomics, RDMA READ, memory
-// windows, dma-buf registration, completion channels and events, address
+// What it does not do: UD/UC/XRC QPs, SRQs, atomics, memory windows,
+// dma-buf registration, completion channels and events, address
 // handles, real NIC timing or bandwidth, IPv6-only or link-local destination
 // GIDs (the destination must be IPv4-mapped). A process that forks after
 // opening a device is not supported (open devices after fork). Closing a
@@ -41,13 +41,17 @@
 //   BRAID_SOFTVERBS_IFNAME=name       the interface the device is bound to
 //   BRAID_SOFTVERBS_DEBUG=1           log to stderr, prefixed "softverbs:"
 //   BRAID_SOFTVERBS_FAIL_AFTER=N      after this process's devices have sent N
-//                                     RDMA writes, the link "fails": every QP
-//                                     goes to ERR (outstanding sends complete
-//                                     IBV_WC_RETRY_EXC_ERR)
+//                                     RDMA writes, the link "fails": the next
+//                                     write and every sent-but-unacknowledged
+//                                     one complete IBV_WC_RETRY_EXC_ERR, every
+//                                     QP in RTR/RTS (now or later) goes to ERR
+//                                     and drops its connections, so the peers'
+//                                     QPs go to ERR too
 //   BRAID_SOFTVERBS_BAD_RKEY_AFTER=N  the Nth RDMA write this process sends
 //                                     carries a corrupted rkey (the responder
 //                                     NAKs: IBV_WC_REM_ACCESS_ERR)
-// The knobs are read when a device is opened (the counters are per process).
+// The knobs are read once, when the process first opens a device (the
+// counters are per process, over all its devices).
 //
 // Use: link the library and call
 // braid::setVerbsApiForTesting(braid_verbs_table()), or set

@@ -6,8 +6,10 @@
 #include "tests/softverbs/softverbs.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <net/if.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -28,6 +30,10 @@ namespace {
 const VerbsApi& api() {
   return *braid_verbs_table();
 }
+
+// The device binds to lo unless told otherwise (CTest sets it too; this
+// keeps the program right when run by hand).
+const bool kIfnameDefaulted = setenv("BRAID_SOFTVERBS_IFNAME", "lo", /*overwrite=*/0) == 0;
 
 constexpr int kIbvAccessAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
@@ -234,6 +240,7 @@ class IbverbsLoopback : public ::testing::Test {
 };
 
 TEST(IbverbsSoftDevice, ListsDevicePortAndGids) {
+  ASSERT_TRUE(kIfnameDefaulted);
   const VerbsApi& t = api();
   EXPECT_STREQ(t.origin, "software verbs device");
   EXPECT_TRUE(checkVerbsApi(t).ok());
@@ -385,7 +392,12 @@ TEST(IbverbsSoftDevice, QpStateMachine) {
   err.qp_state = IBV_QPS_RESET;
   ASSERT_EQ(api().modifyQp(a, &err, IBV_QP_STATE), 0);
   EXPECT_EQ(toInit(a), 0);
+  const uint32_t oldNum = a->qp_num;
   EXPECT_EQ(api().destroyQp(a), 0);
+  ibv_qp* c = createQp(d);  // numbers are not reused at once
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE(c->qp_num, oldNum);
+  EXPECT_EQ(api().destroyQp(c), 0);
   EXPECT_EQ(api().destroyQp(b), 0);
   d.close();
 }
@@ -410,6 +422,37 @@ TEST(IbverbsSoftDevice, MemoryRegionAccess) {
   EXPECT_EQ(api().deallocPd(d.pd), EBUSY);  // regions still registered
   EXPECT_EQ(api().deregMr(a), 0);
   EXPECT_EQ(api().deregMr(b), 0);
+  d.close();
+}
+
+// More completions than the CQ holds: the CQ is in error from then on.
+TEST(IbverbsSoftDevice, CqOverrunIsAnError) {
+  Device d;
+  ASSERT_TRUE(d.open());
+  ibv_cq* small = api().createCq(d.ctx, 2, nullptr, nullptr, 0);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->cqe, 2);
+  ibv_qp_init_attr ia;
+  std::memset(&ia, 0, sizeof(ia));
+  ia.send_cq = small;
+  ia.recv_cq = small;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 8;
+  ia.cap.max_recv_wr = 8;
+  ibv_qp* qp = api().createQp(d.pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(qp->send_cq, small);
+  ASSERT_EQ(toInit(qp), 0);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(postRecv(qp, i), 0);
+  ibv_qp_attr err;
+  std::memset(&err, 0, sizeof(err));
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(api().modifyQp(qp, &err, IBV_QP_STATE), 0);  // two flushed receives: the CQ is full
+  ibv_wc wc[4];
+  ASSERT_EQ(postRecv(qp, 2), 0);  // a third: overrun
+  EXPECT_EQ(api().pollCq(small, 4, wc), -1);
+  EXPECT_EQ(api().destroyQp(qp), 0);
+  EXPECT_EQ(api().destroyCq(small), 0);
   d.close();
 }
 
@@ -438,6 +481,40 @@ TEST_F(IbverbsLoopback, WriteWithImm) {
   }
   EXPECT_TRUE(sawSend && sawRecv);
   EXPECT_EQ(buf_[0], buf_[1]);
+}
+
+TEST_F(IbverbsLoopback, RdmaRead) {
+  for (size_t i = 0; i < 65536; ++i) buf_[1][i] = static_cast<uint8_t>(i * 13 + 1);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf_[0].data()), 65536, mr_[0]->lkey};
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = 9;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = info_[1].addr;
+  wr.wr.rdma.rkey = info_[1].rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(api().postSend(qp_[0], &wr, &bad), 0);
+  auto wcs = waitWc(dev_.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(std::memcmp(buf_[0].data(), buf_[1].data(), 65536), 0);
+
+  // A region without REMOTE_READ: remote access error.
+  std::vector<uint8_t> wo(4096);
+  ibv_mr* woMr = api().regMr(dev_.pd, wo.data(), wo.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(woMr, nullptr);
+  sge.length = 1024;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(wo.data());
+  wr.wr.rdma.rkey = woMr->rkey;
+  ASSERT_EQ(api().postSend(qp_[0], &wr, &bad), 0);
+  wcs = waitWc(dev_.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(api().deregMr(woMr), 0);
 }
 
 TEST_F(IbverbsLoopback, UnsignaledWritesAndOrder) {
@@ -642,6 +719,101 @@ TEST_F(IbverbsLoopback, FailAfterKnob) {
   EXPECT_EQ(stateOf(qp_[1]), IBV_QPS_ERR);
 }
 
+// Several QP pairs of one device driven from their own threads at once (the
+// verbs calls of a multi-channel transport); each pair's immediates arrive
+// in order and every byte lands.
+TEST(IbverbsSoftDevice, ConcurrentPairsOnThreads) {
+  Device d;
+  ASSERT_TRUE(d.open());
+  constexpr int kPairs = 4, kMsgs = 48;
+  constexpr size_t kMsg = 16384;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kPairs, 0);
+  for (int p = 0; p < kPairs; ++p) {
+    threads.emplace_back([&, p] {
+      auto fail = [&](int code) { failures[p] = code; };
+      ibv_cq* cq[2];
+      ibv_qp* qp[2];
+      std::vector<uint8_t> buf[2];
+      ibv_mr* mr[2];
+      for (int i = 0; i < 2; ++i) {
+        cq[i] = api().createCq(d.ctx, 256, nullptr, nullptr, 0);
+        ibv_qp_init_attr ia;
+        std::memset(&ia, 0, sizeof(ia));
+        ia.send_cq = cq[i];
+        ia.recv_cq = cq[i];
+        ia.qp_type = IBV_QPT_RC;
+        ia.cap.max_send_wr = kMsgs;
+        ia.cap.max_recv_wr = kMsgs;
+        ia.cap.max_send_sge = 1;
+        ia.cap.max_recv_sge = 1;
+        qp[i] = api().createQp(d.pd, &ia);
+        buf[i].assign(kMsg * kMsgs, static_cast<uint8_t>(i == 0 ? p + 1 : 0));
+        mr[i] = api().regMr(d.pd, buf[i].data(), buf[i].size(), kIbvAccessAll);
+        if (cq[i] == nullptr || qp[i] == nullptr || mr[i] == nullptr || toInit(qp[i]) != 0) return fail(1);
+      }
+      const QpInfo info[2] = {infoOf(d, qp[0], mr[0]), infoOf(d, qp[1], mr[1])};
+      for (int i = 0; i < 2; ++i) {
+        if (toRtr(qp[i], info[1 - i]) != 0 || toRts(qp[i]) != 0) return fail(2);
+      }
+      for (int m = 0; m < kMsgs; ++m) {
+        if (postRecv(qp[1], m) != 0) return fail(3);
+      }
+      for (int m = 0; m < kMsgs; ++m) {
+        if (postWrite(qp[0], mr[0], m * kMsg, kMsg, info[1], m * kMsg, m, true, m) != 0) return fail(4);
+      }
+      const auto sent = waitWc(cq[0], kMsgs);
+      const auto got = waitWc(cq[1], kMsgs);
+      if (sent.size() != static_cast<size_t>(kMsgs) || got.size() != static_cast<size_t>(kMsgs))
+        return fail(5);
+      for (int m = 0; m < kMsgs; ++m) {
+        if (sent[m].status != IBV_WC_SUCCESS || got[m].status != IBV_WC_SUCCESS) return fail(6);
+        if (ntohl(got[m].imm_data) != static_cast<uint32_t>(m) || got[m].wr_id != static_cast<uint64_t>(m)) {
+          return fail(7);
+        }
+      }
+      if (buf[0] != buf[1]) return fail(8);
+      for (int i = 0; i < 2; ++i) {
+        api().destroyQp(qp[i]);
+        api().deregMr(mr[i]);
+        api().destroyCq(cq[i]);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int p = 0; p < kPairs; ++p) EXPECT_EQ(failures[p], 0) << "pair " << p;
+  d.close();
+}
+
+// Destroying QPs while their traffic is in flight: no hang, no crash, and
+// the device still works afterwards.
+TEST(IbverbsSoftDevice, DestroyWithTrafficInFlight) {
+  Device d;
+  ASSERT_TRUE(d.open());
+  std::vector<uint8_t> buf(1 << 20);
+  ibv_mr* mr = api().regMr(d.pd, buf.data(), buf.size(), kIbvAccessAll);
+  ASSERT_NE(mr, nullptr);
+  for (int round = 0; round < 3; ++round) {
+    ibv_qp* a = createQp(d);
+    ibv_qp* b = createQp(d);
+    ASSERT_EQ(toInit(a), 0);
+    ASSERT_EQ(toInit(b), 0);
+    const QpInfo ai = infoOf(d, a, mr), bi = infoOf(d, b, mr);
+    ASSERT_EQ(toRtr(a, bi), 0);
+    ASSERT_EQ(toRts(a), 0);
+    ASSERT_EQ(toRtr(b, ai), 0);
+    ASSERT_EQ(toRts(b), 0);
+    for (int m = 0; m < 32; ++m) ASSERT_EQ(postWrite(a, mr, 0, 1 << 18, bi, 1 << 19, m, false, 0), 0);
+    EXPECT_EQ(api().destroyQp(round % 2 == 0 ? a : b), 0);
+    EXPECT_EQ(api().destroyQp(round % 2 == 0 ? b : a), 0);
+  }
+  ibv_wc wc[64];
+  while (api().pollCq(d.cq, 64, wc) > 0) {
+  }
+  EXPECT_EQ(api().deregMr(mr), 0);
+  d.close();
+}
+
 // --- two processes ---------------------------------------------------------------
 bool writeAll(int fd, const void* p, size_t n) {
   return ::write(fd, p, n) == static_cast<ssize_t>(n);
@@ -684,6 +856,9 @@ struct Side {
 };
 
 // Forks a child running `child(fd)` (its return value is the exit status).
+// With BRAID_SOFTVERBS_TEST_CHILD_NETNS=/var/run/netns/NAME the child runs in
+// that network namespace (a manual cross-namespace check; both namespaces
+// then need an interface named BRAID_SOFTVERBS_IFNAME).
 template <typename F>
 pid_t forkChild(int* parentFd, F&& child) {
   int sv[2];
@@ -691,6 +866,11 @@ pid_t forkChild(int* parentFd, F&& child) {
   const pid_t pid = fork();
   if (pid == 0) {
     ::close(sv[0]);
+    if (const char* ns = std::getenv("BRAID_SOFTVERBS_TEST_CHILD_NETNS")) {
+      const int nsFd = ::open(ns, O_RDONLY | O_CLOEXEC);
+      if (nsFd < 0 || setns(nsFd, CLONE_NEWNET) != 0) _exit(99);
+      ::close(nsFd);
+    }
     const int rc = child(sv[1]);
     _exit(rc);
   }
@@ -791,6 +971,8 @@ TEST(IbverbsCrossProcess, BadRkeyIsRemoteAccessError) {
   const pid_t pid = forkChild(&fd, [](int cfd) {
     Side s;
     if (!s.setUp(cfd, 1 << 16)) return 10;
+    const char ready = 'r';
+    writeAll(cfd, &ready, 1);
     char done = 0;
     readAll(cfd, &done, 1);
     s.tearDown();
@@ -799,6 +981,9 @@ TEST(IbverbsCrossProcess, BadRkeyIsRemoteAccessError) {
   ASSERT_GT(pid, 0);
   Side s;
   ASSERT_TRUE(s.setUp(fd, 1 << 16));
+  // The error ends both QPs: the child must be in RTS before it comes.
+  char ready = 0;
+  ASSERT_TRUE(readAll(fd, &ready, 1));
   QpInfo wrong = s.peer;
   wrong.rkey += 1;
   ASSERT_EQ(postWrite(s.qp, s.mr, 0, 1024, wrong, 0, 1, false, 0), 0);
@@ -851,6 +1036,104 @@ TEST(IbverbsCrossProcess, PeerKilled) {
   }
   EXPECT_EQ(stateOf(s.qp), IBV_QPS_ERR);
   s.tearDown();
+  ::close(fd);
+}
+
+// A peer that stops answering without closing anything (as behind a link
+// that went down): the silence check ends the QP within its timeout
+// (timeout 14, retry_cnt 7: the 2 s floor).
+TEST(IbverbsCrossProcess, PeerStopsResponding) {
+  int fd = -1;
+  const pid_t pid = forkChild(&fd, [](int cfd) {
+    Side s;
+    if (!s.setUp(cfd, 1 << 16)) return 10;
+    const char ready = 'r';
+    writeAll(cfd, &ready, 1);
+    pause();
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  Side s;
+  ASSERT_TRUE(s.setUp(fd, 1 << 16));
+  char ready = 0;
+  ASSERT_TRUE(readAll(fd, &ready, 1));
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  int st = 0;  // stopped for sure (every thread) before the write goes out
+  ASSERT_EQ(waitpid(pid, &st, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(st));
+  ASSERT_EQ(postWrite(s.qp, s.mr, 0, 1024, s.peer, 0, 5, false, 0), 0);
+  const auto wcs = waitWc(s.dev.cq, 1, 20);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 5u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(stateOf(s.qp), IBV_QPS_ERR);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(exitStatus(pid), 128 + SIGKILL);
+  s.tearDown();
+  ::close(fd);
+}
+
+// BRAID_SOFTVERBS_FAIL_AFTER in one process (as a multi-node fault test sets
+// it for one rank): its third write fails, and the other process's QP goes
+// to ERR too (its receive flushes), as behind a failed link.
+TEST(IbverbsCrossProcess, FailAfterReachesThePeer) {
+  int fd = -1;
+  const pid_t pid = forkChild(&fd, [](int cfd) {
+    setenv("BRAID_SOFTVERBS_FAIL_AFTER", "2", 1);
+    softverbs::resetFaultsForTesting();
+    Side s;
+    if (!s.setUp(cfd, 1 << 16)) return 10;
+    char go = 0;  // the parent is in RTS with its receive posted
+    if (!readAll(cfd, &go, 1)) return 15;
+    for (int i = 1; i <= 2; ++i) {
+      if (postWrite(s.qp, s.mr, 0, 1024, s.peer, 0, i, false, 0) != 0) return 11;
+    }
+    auto wcs = waitWc(s.dev.cq, 2);
+    if (wcs.size() != 2 || wcs[0].status != IBV_WC_SUCCESS || wcs[1].status != IBV_WC_SUCCESS) return 12;
+    if (postWrite(s.qp, s.mr, 0, 1024, s.peer, 0, 3, false, 0) != 0) return 13;
+    wcs = waitWc(s.dev.cq, 1);
+    if (wcs.size() != 1 || wcs[0].wr_id != 3 || wcs[0].status != IBV_WC_RETRY_EXC_ERR) return 14;
+    char done = 0;
+    readAll(cfd, &done, 1);
+    s.tearDown();
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  Side s;
+  ASSERT_TRUE(s.setUp(fd, 1 << 16));
+  ASSERT_EQ(postRecv(s.qp, 40, s.mr, 0, 64), 0);
+  const char go = 'g';
+  ASSERT_TRUE(writeAll(fd, &go, 1));
+  const auto wcs = waitWc(s.dev.cq, 1, 15);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 40u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(stateOf(s.qp), IBV_QPS_ERR);
+  const char done = 'd';
+  ASSERT_TRUE(writeAll(fd, &done, 1));
+  EXPECT_EQ(exitStatus(pid), 0);
+  s.tearDown();
+  ::close(fd);
+}
+
+// The way a multi-node rank gets the device: BRAID_IB_VERBS_TABLE naming the
+// library, read by Braid's own verbsApi() (in a child: the choice is made once).
+TEST(IbverbsCrossProcess, LoadedThroughBraidIbVerbsTable) {
+  int fd = -1;
+  const pid_t pid = forkChild(&fd, [](int) {
+    setenv("BRAID_IB_VERBS_TABLE", BRAID_SOFTVERBS_LIBRARY, 1);
+    setVerbsApiForTesting(nullptr);
+    const VerbsApi* t = nullptr;
+    if (!verbsApi(&t).ok()) return 10;
+    if (t != braid_verbs_table() || std::strcmp(t->origin, "software verbs device") != 0) return 11;
+    std::vector<RdmaPortInfo> ports;
+    std::vector<std::string> notes;
+    if (!listRdmaPorts(*t, &ports, &notes).ok() || ports.size() != 1 || ports[0].device != "softroce0")
+      return 12;
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(exitStatus(pid), 0);
   ::close(fd);
 }
 
