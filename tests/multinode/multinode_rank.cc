@@ -12,7 +12,8 @@
 //                 link, stray clients); with BRAID_TEST_SPLIT set, each
 //                 iteration also splits off a communicator (new connectors)
 //                 and all-reduces on it
-// Prints "rank R: ok" or "rank R: FAILED after S s: <error>" and exits 0 or 1.
+// Prints "rank R: net NAME" after init (the Net used for other hosts), then
+// "rank R: ok" or "rank R: FAILED after S s: <error>" and exits 0 or 1.
 #include <unistd.h>
 
 #include <algorithm>
@@ -146,6 +147,16 @@ int main(int argc, char** argv) {
   }
   ncclComm_t comm = nullptr;
   std::string err = check(ncclCommInitRank(&comm, n, id, rank), nullptr, "init");
+  if (err.empty()) {  // which Net carries the traffic to other hosts (the harness checks it: no silent
+                      // fallback)
+    for (int p = 0; p < n; ++p) {
+      if (p != rank && comm->connectors().usesNet(p)) {
+        std::printf("rank %d: net %s\n", rank, comm->connectors().transportName(p));
+        std::fflush(stdout);
+        break;
+      }
+    }
+  }
   if (err.empty() && mode == "sweep") {
     err = braid::test::collSweep(comm, rank, n, braid::test::SweepCounts::kQuick);
     if (err.empty()) err = p2pAll(comm, rank, n);

@@ -21,14 +21,29 @@
 #            stray     the same while stray clients connect
 #                      to every listening port (bootstrap and proxy) and send
 #                      garbage or nothing: every rank must succeed
+#            qperror   all-reduces in a loop; a fault injected into the last
+#                      rank (its LAST_RANK_ variables, e.g. a software verbs
+#                      device's BRAID_SOFTVERBS_FAIL_AFTER): every rank must
+#                      fail in time, naming a rank
+#   Variables LAST_RANK_VAR=value go to the last rank only, as VAR=value.
+#   EXPECT_NET=name (read here): every rank must report that its traffic to
+#   other hosts used that Net ("rank R: net name"), so a silent fallback to
+#   another transport fails the test.
 # Exit 0: passed; 1: failed; 77: skipped (not root, or no `ip netns`).
 set -u
 prog=$1 scenario=$2 nodes=$3 per=$4
 shift 4
 extra_env=()
+last_env=()
 placement=block
+expect_net=
 for v in "$@"; do
-  if [[ $v == PLACEMENT=* ]]; then placement=${v#PLACEMENT=}; else extra_env+=("$v"); fi
+  case $v in
+    PLACEMENT=*) placement=${v#PLACEMENT=} ;;
+    EXPECT_NET=*) expect_net=${v#EXPECT_NET=} ;;
+    LAST_RANK_*) last_env+=("${v#LAST_RANK_}") ;;
+    *) extra_env+=("$v") ;;
+  esac
 done
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -77,7 +92,7 @@ common=(BRAID_BACKEND=host BRAID_BOOTSTRAP_TIMEOUT=20 BRAID_STALL_TIMEOUT=10 BRA
 mode=sweep
 case $scenario in
   sweep) limit=240 ;;
-  kill | linkdown) mode=loop limit=60 common+=(BRAID_TEST_LOOP_SECONDS=120) ;;
+  kill | linkdown | qperror) mode=loop limit=60 common+=(BRAID_TEST_LOOP_SECONDS=120) ;;
   stray | split) mode=loop limit=60 common+=(BRAID_TEST_LOOP_SECONDS=8 BRAID_TEST_SPLIT=1) ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
@@ -87,7 +102,9 @@ for ((r = 0; r < nranks; r++)); do
   node=$((r / per))
   [[ $placement == cyclic ]] && node=$((r % nodes))
   nodeOf[$r]=$node
-  ip netns exec "bn$id-$node" env "${common[@]}" BRAID_HOSTID="node$node" "${extra_env[@]}" \
+  rank_env=()
+  ((r == nranks - 1)) && rank_env=("${last_env[@]}")
+  ip netns exec "bn$id-$node" env "${common[@]}" BRAID_HOSTID="node$node" "${extra_env[@]}" "${rank_env[@]}" \
     "$prog" "$mode" "$r" "$nranks" "$work/id" > "$work/rank$r.log" 2>&1 &
   pids+=($!)
 done
@@ -136,6 +153,9 @@ case $scenario in
     fault_at=$SECONDS
     echo "took the link of node $((nodes - 1)) down"
     ;;
+  qperror)
+    echo "the last rank's injected fault: ${last_env[*]}"
+    ;;
   stray)
     stray_loop &
     stray_pid=$!
@@ -172,7 +192,7 @@ case $scenario in
       [[ ${codes[$r]:-1} -eq 0 ]] || { echo "FAIL: rank $r did not succeed"; status=1; }
     done
     ;;
-  kill | linkdown)
+  kill | linkdown | qperror)
     last=$((nranks - 1))
     for ((r = 0; r < nranks; r++)); do
       [[ $scenario == kill && $r -eq $last ]] && continue
@@ -185,5 +205,11 @@ case $scenario in
     echo "the ranks ended $((end - fault_at)) s after the fault"
     ;;
 esac
-[[ $status -eq 0 ]] && echo "PASS: $scenario, $nodes nodes x $per ranks"
+if [[ -n $expect_net ]]; then
+  for ((r = 0; r < nranks; r++)); do
+    grep -q "^rank $r: net $expect_net\$" "$work/rank$r.log" ||
+      { echo "FAIL: rank $r did not report using the $expect_net net"; status=1; }
+  done
+fi
+[[ $status -eq 0 ]] && echo "PASS: $scenario, $nodes nodes x $per ranks${expect_net:+ over $expect_net}"
 exit $status

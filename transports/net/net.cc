@@ -9,6 +9,7 @@
 #include "util/param.h"
 #include "util/strings.h"
 #ifdef BRAID_HAVE_IBVERBS
+#include "transports/net/ibverbs/ib_net.h"
 #include "transports/net/ibverbs/verbs_api.h"
 #endif
 
@@ -16,17 +17,20 @@ namespace braid {
 namespace {
 
 StringParam paramNet("NET", "",
-                     "Network transport for ranks on other hosts: Socket (TCP) or IB (verbs: only checks "
-                     "for RDMA devices in this release, then fails); unset: Socket",
+                     "Network transport for ranks on other hosts: Socket (TCP) or IB (verbs RC queue pairs "
+                     "over InfiniBand/RoCE; fails if no RDMA port is usable); unset: IB when an ACTIVE RDMA "
+                     "port is usable, else Socket",
                      {"Socket", "IB"});
 
 constexpr const char* kUseSocket = "; unset NCCL_NET or set NCCL_NET=Socket to use TCP";
 
 // Why NCCL_NET=IB cannot be served, as precisely as this machine allows:
 // no verbs header at build time, libibverbs not loadable, no RDMA device
-// (before or after NCCL_IB_HCA), or devices present but no data path yet.
-Status ibNetUnavailable() {
+// (before or after NCCL_IB_HCA), or no port of those usable (ibNet's
+// reason: none ACTIVE, no usable GID, ...). Ok: *out is the verbs Net.
+Status openIbNet(Net** out) {
 #ifndef BRAID_HAVE_IBVERBS
+  (void)out;
   return systemError("NCCL_NET=IB: this Braid was built without <infiniband/verbs.h> (libibverbs-dev), so it "
                      "has no verbs (InfiniBand/RoCE) support",
                      kUseSocket);
@@ -57,10 +61,12 @@ Status ibNetUnavailable() {
     return invalidUsage("NCCL_NET=IB: no RDMA device left after the filter NCCL_IB_HCA='", settings.hca.spec(),
                         "' (ports found: ", found, ")", noteText);
   }
-  return invalidUsage("NCCL_NET=IB: RDMA port(s) ", used,
-                      " found, but the verbs transport's data path (RC queue pairs) is not in this Braid "
-                      "release",
-                      kUseSocket);
+  Status opened = ibNet(out);
+  if (!opened.ok()) {
+    return Status(opened.code(), strCat("NCCL_NET=IB: RDMA port(s) ", used,
+                                        " found, but none is usable: ", opened.message(), kUseSocket));
+  }
+  return okStatus();
 #endif
 }
 
@@ -68,18 +74,36 @@ Status ibNetUnavailable() {
 
 Status selectNet(Net** out) {
   const std::string want = paramNet.get();
+  std::string reason;
   if (want == "IB") {
-    Status why = ibNetUnavailable();
-    if (why.ok()) why = internalError("NCCL_NET=IB: the verbs transport is not in this release");
-    BRAID_WARN("%s", why.message().c_str());
-    return why;
+    Status why = openIbNet(out);
+    if (!why.ok()) {
+      BRAID_WARN("%s", why.message().c_str());
+      return why;
+    }
+    reason = "NCCL_NET=IB";
+  } else if (want.empty()) {
+    // As NCCL: verbs when a usable RDMA port exists, else TCP.
+    Status why = openIbNet(out);
+    if (why.ok()) {
+      reason = "NCCL_NET unset and an RDMA port is usable";
+    } else {
+      BRAID_CHECK(socketNet(out));
+      // The refusal's text without its NCCL_NET=IB framing.
+      std::string text = why.message();
+      const std::string prefix = "NCCL_NET=IB: ";
+      if (text.rfind(prefix, 0) == 0) text.erase(0, prefix.size());
+      const size_t hint = text.find(kUseSocket);
+      if (hint != std::string::npos) text.erase(hint);
+      reason = strCat("NCCL_NET unset and no RDMA port is usable: ", text);
+    }
+  } else {
+    BRAID_CHECK(socketNet(out));
+    reason = "NCCL_NET=Socket";
   }
-  BRAID_CHECK(socketNet(out));
   static std::once_flag logged;
   std::call_once(logged, [&] {
-    BRAID_INFO(kLogNet, "NET: using %s for ranks on other hosts (%s)", (*out)->name(),
-               want.empty() ? "NCCL_NET unset; Socket is the only network transport in this release"
-                            : "NCCL_NET=Socket");
+    BRAID_INFO(kLogNet, "NET: using %s for ranks on other hosts (%s)", (*out)->name(), reason.c_str());
   });
   return okStatus();
 }

@@ -101,6 +101,10 @@ uint64_t randomU64() {
 
 }  // namespace
 
+void tuneNetLinkSocket(int fd) {
+  tuneDataStream(fd);
+}
+
 // ------------------------------------------------------------ the connection
 
 class SocketComm;

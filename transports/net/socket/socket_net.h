@@ -24,4 +24,8 @@ namespace braid {
 // The process's socket Net (created on first use, never destroyed).
 Status socketNet(Net** out);
 
+// TCP keepalive and TCP_USER_TIMEOUT from BRAID_NET_LINK_TIMEOUT on `fd`:
+// what the socket Net's streams use, and the verbs Net's liveness stream.
+void tuneNetLinkSocket(int fd);
+
 }  // namespace braid
