@@ -607,8 +607,11 @@ void execute(Qp* qp) {
       completeRecv(qp, r, recvStatus, recvOp, h.len, h.hasImm != 0, h.imm);
     }
     qp->inQ.pop_front();
-    if (recvStatus != IBV_WC_SUCCESS) {
-      // The NAK must still leave: the connection stays until the peer closes it.
+    if (syndrome != kAckOk) {
+      // A responder that NAKs goes to the error state, as an RC responder
+      // does: requests the requester pipelined behind the bad one are never
+      // executed (their data does not land). The NAK must still leave: the
+      // connection stays until the peer closes it.
       setState(qp, IBV_QPS_ERR);
       for (const RecvWqe& r : qp->rq) completeRecv(qp, r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, false, 0);
       qp->rq.clear();

@@ -653,6 +653,7 @@ TEST_F(IbverbsLoopback, RemoteAccessErrorOnReadOnlyRegion) {
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(stateOf(qp_[0]), IBV_QPS_ERR);
+  EXPECT_EQ(stateOf(qp_[1]), IBV_QPS_ERR);  // the responder that NAKed too
   EXPECT_EQ(api().deregMr(roMr), 0);
 }
 
