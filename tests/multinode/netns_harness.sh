@@ -29,6 +29,12 @@
 #   EXPECT_NET=name (read here): every rank must report that its traffic to
 #   other hosts used that Net ("rank R: net name"), so a silent fallback to
 #   another transport fails the test.
+#   RXE=1 (read here): each namespace gets a kernel soft-RoCE device
+#   (`rdma link add rxeID-N type rxe netdev eth0`) and its ranks are pointed
+#   at it (NCCL_IB_HCA==rxeID-N); with NCCL_NET=IB the ranks then run on the
+#   real libibverbs and the kernel's RoCE v2 instead of the software verbs
+#   device. Skipped, saying why, where the kernel has no rdma_rxe module or
+#   iproute2 no `rdma` tool.
 # Exit 0: passed; 1: failed; 77: skipped (not root, or no `ip netns`).
 set -u
 prog=$1 scenario=$2 nodes=$3 per=$4
@@ -37,10 +43,12 @@ extra_env=()
 last_env=()
 placement=block
 expect_net=
+rxe=0
 for v in "$@"; do
   case $v in
     PLACEMENT=*) placement=${v#PLACEMENT=} ;;
     EXPECT_NET=*) expect_net=${v#EXPECT_NET=} ;;
+    RXE=*) rxe=${v#RXE=} ;;
     LAST_RANK_*) last_env+=("${v#LAST_RANK_}") ;;
     *) extra_env+=("$v") ;;
   esac
@@ -51,6 +59,16 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 if ! command -v ip > /dev/null || ! ip netns list > /dev/null 2>&1; then
   echo "SKIP: 'ip netns' is not available"; exit 77
+fi
+if [[ $rxe == 1 ]]; then
+  if ! command -v rdma > /dev/null; then
+    echo "SKIP: RXE=1 needs iproute2's rdma tool (apt-get install iproute2)"; exit 77
+  fi
+  if ! modprobe rdma_rxe 2> /dev/null && [[ ! -d /sys/module/rdma_rxe ]]; then
+    echo "SKIP: this kernel ($(uname -r)) has no rdma_rxe (soft-RoCE) module; the multinode_ibverbs_*" \
+      "tests cover the verbs transport on the software verbs device instead"
+    exit 77
+  fi
 fi
 
 id=$$
@@ -63,6 +81,7 @@ cleanup() {
   for p in "${pids[@]}"; do [[ -n $p ]] && kill -9 "$p" 2> /dev/null; done
   for p in "${pids[@]}"; do [[ -n $p ]] && wait "$p" 2> /dev/null; done
   for ((i = 0; i < nodes; i++)); do
+    [[ $rxe == 1 ]] && ip netns exec "bn$id-$i" rdma link delete "rxe$id-$i" 2> /dev/null
     ip netns del "bn$id-$i" 2> /dev/null
     ip link del "bv$id-$i" 2> /dev/null
   done
@@ -84,6 +103,9 @@ for ((i = 0; i < nodes; i++)); do
   ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
+  if [[ $rxe == 1 ]] && ! ip netns exec "$ns" rdma link add "rxe$id-$i" type rxe netdev eth0; then
+    echo "SKIP: 'rdma link add rxe$id-$i type rxe netdev eth0' failed in namespace $ns"; exit 77
+  fi
 done
 
 nranks=$((nodes * per))
@@ -104,6 +126,7 @@ for ((r = 0; r < nranks; r++)); do
   nodeOf[$r]=$node
   rank_env=()
   ((r == nranks - 1)) && rank_env=("${last_env[@]}")
+  [[ $rxe == 1 ]] && rank_env+=("NCCL_IB_HCA==rxe$id-$node")
   ip netns exec "bn$id-$node" env "${common[@]}" BRAID_HOSTID="node$node" "${extra_env[@]}" "${rank_env[@]}" \
     "$prog" "$mode" "$r" "$nranks" "$work/id" > "$work/rank$r.log" 2>&1 &
   pids+=($!)
