@@ -207,10 +207,17 @@ std::string gidAddress(const uint8_t raw[16]) {
 }  // namespace
 
 // ------------------------------------------------------------ the connection
+//
+// net.h's NetSendComm, NetRecvComm, NetListenComm and NetRequest are opaque
+// handles; the socket Net defines those classes for itself. This Net's
+// objects have their own types (IbSendComm, ...), converted with
+// reinterpret_cast at the Net interface only: two definitions of one class
+// in two files would break the one-definition rule (the linker merged their
+// destructors, and closing a verbs comm ran the socket Net's).
 
 class IbComm;
 
-class NetRequest {
+class IbRequest {
  public:
   IbComm* comm = nullptr;
   bool used = false;
@@ -369,12 +376,12 @@ class IbComm {
 
   // -------------------------------------------------------------- data
 
-  Status post(bool send, char* data, size_t size, uint32_t tag, void* mhandle, NetRequest** out) {
+  Status post(bool send, char* data, size_t size, uint32_t tag, void* mhandle, IbRequest** out) {
     *out = nullptr;
     if (!error_.ok()) return error_;
-    NetRequest* r = &reqs_[seq_ % kSlots];
+    IbRequest* r = &reqs_[seq_ % kSlots];
     if (r->used) return okStatus();
-    *r = NetRequest();
+    *r = IbRequest();
     r->comm = this;
     r->used = true;
     r->isSend = send;
@@ -419,7 +426,7 @@ class IbComm {
 
   // A request that completed is reported done even if the comm failed
   // after it (its bytes moved); any other request of a failed comm fails.
-  Status test(NetRequest* r, bool* done, size_t* size, uint32_t* tag) {
+  Status test(IbRequest* r, bool* done, size_t* size, uint32_t* tag) {
     if (error_.ok()) poll();
     if (error_.ok() && isSend_) progressSends();
     if (error_.ok() && !r->done) checkLink();
@@ -440,7 +447,7 @@ class IbComm {
   // from a dead process. Best effort, bounded.
   void sayGoodbye() {
     if (!error_.ok() || qps_.empty() || remoteRkey_ == 0) return;
-    for (const NetRequest& r : reqs_) {
+    for (const IbRequest& r : reqs_) {
       if (r.used && !r.done) return;
     }
     ctrl_->closeOut = static_cast<uint64_t>(seq_) + 1;
@@ -513,7 +520,7 @@ class IbComm {
   // Sends whose clear-to-send entry arrived are written now.
   void progressSends() {
     for (uint32_t k = 0; k < static_cast<uint32_t>(kSlots) && error_.ok(); ++k) {
-      NetRequest* r = &reqs_[(sendNext_ + k) % kSlots];
+      IbRequest* r = &reqs_[(sendNext_ + k) % kSlots];
       if (!r->used || r->posted || r->seq != sendNext_ + k) break;  // in order
       // The entry's write-with-immediate completed: the entry is in memory.
       if (ctsSeen_[r->seq % kSlots] != (r->seq & kSeqMask)) break;
@@ -602,7 +609,7 @@ class IbComm {
     }
     if (kind == kWrFifo) return;
     if (kind == kWrData) {
-      NetRequest* r = &reqs_[(wc.wr_id & 0xffffffffu) % kSlots];
+      IbRequest* r = &reqs_[(wc.wr_id & 0xffffffffu) % kSlots];
       if (!r->used || r->seq != static_cast<uint32_t>(wc.wr_id & 0xffffffffu)) return;
       if (--r->wrsLeft == 0) {
         if (r->overflow) {
@@ -633,7 +640,7 @@ class IbComm {
       closedAt_ = static_cast<uint32_t>(*closed - 1);
       closed_ = true;
       BRAID_INFO(kLogNet, "NET/IB: %s closed the connection", peer_.c_str());
-      for (NetRequest& r : reqs_) {
+      for (IbRequest& r : reqs_) {
         if (r.used && !r.isSend && !r.done && static_cast<int32_t>(r.seq - closedAt_) >= 0) {
           r.done = true;
           r.size = 0;
@@ -642,7 +649,7 @@ class IbComm {
       }
       return;
     }
-    NetRequest* r = &reqs_[imm % kSlots];
+    IbRequest* r = &reqs_[imm % kSlots];
     if (!r->used || r->isSend || r->done || (r->seq & kSeqMask) != imm) {
       fail(remoteError("an RDMA write with immediate ", imm, " matches no posted receive"));
       return;
@@ -759,7 +766,7 @@ class IbComm {
     return okStatus();
   }
   bool inFlight(const ibv_mr* mr) const {
-    for (const NetRequest& r : reqs_) {
+    for (const IbRequest& r : reqs_) {
       if (r.used && r.mr == mr) return true;
     }
     return false;
@@ -793,7 +800,7 @@ class IbComm {
   std::string peer_ = "a peer";
   Clock::time_point lastLinkCheck_{};
   Clock::time_point linkLostAt_{};  // when the liveness stream first reported the peer gone
-  NetRequest reqs_[kSlots];
+  IbRequest reqs_[kSlots];
   uint32_t seq_ = 0;       // the next request's sequence
   uint32_t sendNext_ = 0;  // sender: the first sequence not yet written
   // sender: per FIFO slot, the sequence (31 bits) of the last entry whose
@@ -808,14 +815,14 @@ class IbComm {
   uint64_t useClock_ = 0;
 };
 
-class NetSendComm : public IbComm {
+class IbSendComm : public IbComm {
   using IbComm::IbComm;
 };
-class NetRecvComm : public IbComm {
+class IbRecvComm : public IbComm {
   using IbComm::IbComm;
 };
 
-class NetListenComm {
+class IbListenComm {
  public:
   int dev = 0;
   uint64_t id = 0;
@@ -938,7 +945,7 @@ class IbNet final : public Net {
       BRAID_CHECK(listener_.localAddress(&listenAddress_));
       BRAID_INFO(kLogNet, "NET/IB: connection setup listens on %s", listenAddress_.toString().c_str());
     }
-    auto lc = std::make_unique<NetListenComm>();
+    auto lc = std::make_unique<IbListenComm>();
     lc->dev = dev;
     lc->id = randomU64();
     lc->secret = randomU64();
@@ -952,7 +959,7 @@ class IbNet final : public Net {
     Pending& p = pending_[lc->id];
     p.secret = lc->secret;
     p.dev = dev;
-    *listenComm = lc.release();
+    *listenComm = reinterpret_cast<NetListenComm*>(lc.release());
     return okStatus();
   }
 
@@ -971,7 +978,7 @@ class IbNet final : public Net {
       BRAID_CHECK(SocketAddress::parse(h.address, &c->address));
       c->addressText = h.address;
       c->deadline = deadlineIn(kConnectTimeoutSec);
-      c->comm = std::make_unique<NetSendComm>(api_, devs_[static_cast<size_t>(dev)].get(), true);
+      c->comm = std::make_unique<IbSendComm>(api_, devs_[static_cast<size_t>(dev)].get(), true);
       BRAID_CHECK(
           c->comm->create(settings_.qpsPerConnection).withContext(strCat("connecting to ", h.address)));
       c->hello.magic = kHelloMagic;
@@ -983,21 +990,22 @@ class IbNet final : public Net {
     Connecting& c = *it->second;
     Status st = stepConnect(&c);
     if (!st.ok() || c.done) {
-      if (c.done) *sendComm = c.comm.release();
+      if (c.done) *sendComm = reinterpret_cast<NetSendComm*>(c.comm.release());
       connecting_.erase(it);
       return st.withContext(strCat("connecting to ", h.address));
     }
     return okStatus();
   }
 
-  Status accept(NetListenComm* lc, NetRecvComm** recvComm) override {
+  Status accept(NetListenComm* listenComm, NetRecvComm** recvComm) override {
     *recvComm = nullptr;
+    IbListenComm* lc = reinterpret_cast<IbListenComm*>(listenComm);
     std::lock_guard<std::mutex> lock(mu_);
     drain();
     auto it = pending_.find(lc->id);
     if (it == pending_.end()) return internalError("accept on an unknown verbs-transport listen");
     if (!it->second.ready) return okStatus();
-    *recvComm = it->second.ready.release();
+    *recvComm = reinterpret_cast<NetRecvComm*>(it->second.ready.release());
     pending_.erase(it);
     return okStatus();
   }
@@ -1009,22 +1017,33 @@ class IbNet final : public Net {
 
   Status isend(NetSendComm* comm, const void* data, size_t size, uint32_t tag, void* mhandle,
                NetRequest** request) override {
-    return comm->post(true, static_cast<char*>(const_cast<void*>(data)), size, tag, mhandle, request);
+    IbRequest* r = nullptr;
+    Status s = reinterpret_cast<IbSendComm*>(comm)->post(true, static_cast<char*>(const_cast<void*>(data)),
+                                                         size, tag, mhandle, &r);
+    *request = reinterpret_cast<NetRequest*>(r);
+    return s;
   }
   Status irecv(NetRecvComm* comm, void* data, size_t size, void* mhandle, NetRequest** request) override {
-    return comm->post(false, static_cast<char*>(data), size, 0, mhandle, request);
+    IbRequest* r = nullptr;
+    Status s =
+        reinterpret_cast<IbRecvComm*>(comm)->post(false, static_cast<char*>(data), size, 0, mhandle, &r);
+    *request = reinterpret_cast<NetRequest*>(r);
+    return s;
   }
   Status test(NetRequest* request, bool* done, size_t* size, uint32_t* tag) override {
-    return request->comm->test(request, done, size, tag);
+    IbRequest* r = reinterpret_cast<IbRequest*>(request);
+    return r->comm->test(r, done, size, tag);
   }
 
   void closeSend(NetSendComm* comm) override {
     if (comm == nullptr) return;
-    comm->sayGoodbye();
-    delete comm;
+    IbSendComm* c = reinterpret_cast<IbSendComm*>(comm);
+    c->sayGoodbye();
+    delete c;
   }
-  void closeRecv(NetRecvComm* comm) override { delete comm; }
-  void closeListen(NetListenComm* lc) override {
+  void closeRecv(NetRecvComm* comm) override { delete reinterpret_cast<IbRecvComm*>(comm); }
+  void closeListen(NetListenComm* listenComm) override {
+    IbListenComm* lc = reinterpret_cast<IbListenComm*>(listenComm);
     std::lock_guard<std::mutex> lock(mu_);
     pending_.erase(lc->id);
     for (auto i = incoming_.begin(); i != incoming_.end();) {
@@ -1049,13 +1068,13 @@ class IbNet final : public Net {
     ConnInfo reply{};
     size_t got = 0;
     bool done = false;
-    std::unique_ptr<NetSendComm> comm;
+    std::unique_ptr<IbSendComm> comm;
     Clock::time_point retryAt{};
   };
   struct Pending {
     uint64_t secret = 0;
     int dev = 0;
-    std::unique_ptr<NetRecvComm> ready;
+    std::unique_ptr<IbRecvComm> ready;
   };
   struct Incoming {
     Socket socket;
@@ -1063,7 +1082,7 @@ class IbNet final : public Net {
     ConnInfo hello{};
     size_t got = 0;
     Deadline deadline;
-    std::unique_ptr<NetRecvComm> comm;  // set once answered: waits for the ack
+    std::unique_ptr<IbRecvComm> comm;  // set once answered: waits for the ack
     uint32_t ack = 0;
     size_t ackGot = 0;
   };
@@ -1227,8 +1246,7 @@ class IbNet final : public Net {
       if (in->hello.nqps == 0 || in->hello.nqps > static_cast<uint32_t>(kMaxQps)) {
         return "its hello has an impossible queue pair count";
       }
-      auto comm =
-          std::make_unique<NetRecvComm>(api_, devs_[static_cast<size_t>(it->second.dev)].get(), false);
+      auto comm = std::make_unique<IbRecvComm>(api_, devs_[static_cast<size_t>(it->second.dev)].get(), false);
       Status cs = comm->create(static_cast<int>(in->hello.nqps));
       if (cs.ok()) cs = comm->connectQps(in->hello, settings_);
       if (cs.ok()) cs = comm->postReceives();
