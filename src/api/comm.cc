@@ -1,4 +1,6 @@
 // Unique id and communicator life cycle: validate, then forward to core/init.
+#include "core/comm.h"
+
 #include "api/api.h"
 #include "core/config.h"
 #include "core/init.h"
@@ -54,10 +56,10 @@ BRAID_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* 
     if (devlist != nullptr) {
       for (int i = 0; i < ndev; ++i) {
         if (devlist[i] < 0) return invalidArgument("argument 'devlist[", i, "]' is ", devlist[i]);
-        for (int j = 0; j < i; ++j) {
+        for (int j = 0; j < i && !gpuSharingAllowed(); ++j) {
           if (devlist[j] == devlist[i]) {
-            return invalidArgument("argument 'devlist' names device ", devlist[i], " twice (entries ", j, " and ",
-                                   i, ")");
+            return invalidArgument("argument 'devlist' names device ", devlist[i], " twice (entries ", j,
+                                   " and ", i, "); set BRAID_SHARE_GPU=1 to let ranks share a GPU");
           }
         }
       }

@@ -54,9 +54,12 @@ struct PeerInfo {
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
-// GPU backend, that no two ranks of one host share a GPU. The error names
-// the ranks (host id, pid) concerned.
+// GPU backend, that no two ranks of one host share a GPU unless
+// gpuSharingAllowed(). The error names the ranks (host id, pid) concerned.
 Status checkPeers(const std::vector<PeerInfo>& peers, int myRank);
+
+// BRAID_SHARE_GPU: several ranks of one host may use the same GPU.
+bool gpuSharingAllowed();
 
 // BRAID_BOOTSTRAP_TIMEOUT: the bound on every bootstrap wait.
 double bootstrapTimeoutSeconds();

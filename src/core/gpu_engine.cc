@@ -39,6 +39,22 @@ uint32_t ringTag(int c) { return 0x47520000u + 4u * static_cast<uint32_t>(c); }
 uint32_t treeTag(int c, bool up) { return 0x47540000u + 8u * static_cast<uint32_t>(c) + (up ? 0u : 4u); }
 uint32_t peerTag(int c) { return 0x47500000u + 4u * static_cast<uint32_t>(c); }
 
+// Connecting, growing a buffer and uploading tables happen on the first
+// collective that needs them, which may be the first one captured into a
+// graph. They are host work the graph must not contain: this thread's
+// capture mode is relaxed around them (allocations allowed) and their device
+// work goes to the engine's own setup stream, never to the captured one.
+class CaptureTolerant {
+ public:
+  CaptureTolerant() { (void)hipThreadExchangeStreamCaptureMode(&mode_); }
+  ~CaptureTolerant() { (void)hipThreadExchangeStreamCaptureMode(&mode_); }
+  CaptureTolerant(const CaptureTolerant&) = delete;
+  CaptureTolerant& operator=(const CaptureTolerant&) = delete;
+
+ private:
+  hipStreamCaptureMode mode_ = hipStreamCaptureModeRelaxed;
+};
+
 device::DevOp devOp(ncclRedOp_t op) {
   switch (static_cast<int>(op)) {
     case ncclProd: return device::DevOp::Prod;
@@ -92,6 +108,8 @@ class GpuEngineImpl final : public GpuEngine {
   // Peer connectors of channels 0..n-1 to `sendPeers` / from `recvPeers`.
   Status ensurePeers(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
   Status uploadChannels();
+  // Copies `bytes` from the host to device memory on the setup stream and waits for it.
+  Status upload(void* dst, const void* src, size_t bytes, const char* what);
   P2pRequest request(int peer, bool send, uint32_t tag, P2pEnd* end) const;
   size_t ringSlotBytes() const { return comm_->p2pSlotBytes(); }
   device::DevCtx ctx() const {
@@ -106,6 +124,7 @@ class GpuEngineImpl final : public GpuEngine {
   int device_;
   std::vector<int> peerDevice_;  // each rank's GPU in this process's numbering (-1: not visible)
   std::vector<int> nodeOf_;
+  hipStream_t setup_ = nullptr;           // non-blocking, never captured: setup work only
   int32_t* abortFlag_ = nullptr;          // host-mapped
   device::DevStatus* status_ = nullptr;   // host-mapped
   std::vector<std::unique_ptr<ChannelEnds>> channels_;
@@ -118,18 +137,21 @@ class GpuEngineImpl final : public GpuEngine {
   DevConn* devPeerRecv_ = nullptr;
   void* staging_ = nullptr;  // in-place all-to-all
   size_t stagingBytes_ = 0;
+  // Outgrown staging buffers: launches in flight or captured graphs may
+  // still read them, so they live as long as the engine.
+  std::vector<void*> retiredStaging_;
 };
 
 Status GpuEngineImpl::stage(const void* src, size_t bytes, void* stream, const void** out) {
   BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
   if (bytes > stagingBytes_) {
-    // Earlier launches may still read the old buffer.
-    BRAID_CHECK(gpuCheck(hipDeviceSynchronize(), "waiting before growing the staging buffer"));
-    if (staging_ != nullptr) (void)hipFree(staging_);
-    staging_ = nullptr;
-    stagingBytes_ = 0;
-    BRAID_CHECK(gpuCheck(hipMalloc(&staging_, bytes), "allocating the all-to-all staging buffer"));
-    stagingBytes_ = bytes;
+    CaptureTolerant tolerant;
+    const size_t grown = std::max(bytes, 2 * stagingBytes_);  // retired buffers add up to less than the last
+    void* p = nullptr;
+    BRAID_CHECK(gpuCheck(hipMalloc(&p, grown), "allocating the all-to-all staging buffer"));
+    if (staging_ != nullptr) retiredStaging_.push_back(staging_);
+    staging_ = p;
+    stagingBytes_ = grown;
   }
   BRAID_CHECK(gpuCheck(hipMemcpyAsync(staging_, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)),
                        "staging an in-place all-to-all"));
@@ -144,6 +166,8 @@ P2pRequest GpuEngineImpl::request(int peer, bool send, uint32_t tag, P2pEnd* end
 Status GpuEngineImpl::init() {
   const int n = comm_->nranks();
   BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
+  CaptureTolerant tolerant;
+  BRAID_CHECK(gpuCheck(hipStreamCreateWithFlags(&setup_, hipStreamNonBlocking), "creating the setup stream"));
   peerDevice_.assign(static_cast<size_t>(n), -1);
   for (int r = 0; r < n; ++r) {
     const PeerInfo& p = comm_->peers()[static_cast<size_t>(r)];
@@ -175,8 +199,8 @@ Status GpuEngineImpl::init() {
   devPeerSend_ = static_cast<DevConn*>(table);
   BRAID_CHECK(gpuCheck(hipMalloc(&table, peerTable), "allocating peer tables"));
   devPeerRecv_ = static_cast<DevConn*>(table);
-  BRAID_CHECK(gpuCheck(hipMemset(devPeerSend_, 0, peerTable), "zeroing peer tables"));
-  BRAID_CHECK(gpuCheck(hipMemset(devPeerRecv_, 0, peerTable), "zeroing peer tables"));
+  BRAID_CHECK(gpuCheck(hipMemsetAsync(devPeerSend_, 0, peerTable, setup_), "zeroing peer tables"));
+  BRAID_CHECK(gpuCheck(hipMemsetAsync(devPeerRecv_, 0, peerTable, setup_), "zeroing peer tables"));
   return uploadChannels();
 }
 
@@ -193,13 +217,19 @@ GpuEngineImpl::~GpuEngineImpl() {
   if (devPeerSend_ != nullptr) (void)hipFree(devPeerSend_);
   if (devPeerRecv_ != nullptr) (void)hipFree(devPeerRecv_);
   if (staging_ != nullptr) (void)hipFree(staging_);
+  for (void* p : retiredStaging_) (void)hipFree(p);
+  if (setup_ != nullptr) (void)hipStreamDestroy(setup_);
   if (abortFlag_ != nullptr) (void)hipHostFree(abortFlag_);
 }
 
+Status GpuEngineImpl::upload(void* dst, const void* src, size_t bytes, const char* what) {
+  BRAID_CHECK(gpuCheck(hipMemcpyAsync(dst, src, bytes, hipMemcpyHostToDevice, setup_), what));
+  return gpuCheck(hipStreamSynchronize(setup_), what);
+}
+
 Status GpuEngineImpl::uploadChannels() {
-  return gpuCheck(hipMemcpy(devChannels_, hostChannels_.data(), sizeof(DevChannel) * kDevMaxChannels,
-                            hipMemcpyHostToDevice),
-                  "uploading channel tables");
+  return upload(devChannels_, hostChannels_.data(), sizeof(DevChannel) * kDevMaxChannels,
+                "uploading channel tables");
 }
 
 Status GpuEngineImpl::ensureRing(int n) {
@@ -212,7 +242,7 @@ Status GpuEngineImpl::ensureRing(int n) {
     reqs.push_back(request(prev, false, ringTag(c), &channels_[static_cast<size_t>(c)]->ringRecv));
     reqs.push_back(request(next, true, ringTag(c), &channels_[static_cast<size_t>(c)]->ringSend));
   }
-  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, ringSlotBytes(), reqs));
+  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, setup_, ringSlotBytes(), reqs));
   for (int c = ringConnected_; c < n; ++c) {
     DevChannel& d = hostChannels_[static_cast<size_t>(c)];
     d.ringSend = channels_[static_cast<size_t>(c)]->ringSend.conn;
@@ -245,7 +275,7 @@ Status GpuEngineImpl::ensureTree(int n) {
     }
     channels_[static_cast<size_t>(c)]->tree = std::move(t);
   }
-  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, ringSlotBytes(), reqs));
+  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, setup_, ringSlotBytes(), reqs));
   for (int c = treeConnected_; c < n; ++c) {
     TreeEnds& t = *channels_[static_cast<size_t>(c)]->tree;
     DevChannel& d = hostChannels_[static_cast<size_t>(c)];
@@ -283,7 +313,7 @@ Status GpuEngineImpl::ensurePeers(int n, const std::vector<int>& sendPeers, cons
     }
   }
   if (reqs.empty()) return okStatus();
-  Status s = p2pConnect(comm_->bootstrap(), device_, comm_->gpuP2pStepBytes(), reqs);
+  Status s = p2pConnect(comm_->bootstrap(), device_, setup_, comm_->gpuP2pStepBytes(), reqs);
   if (!s.ok()) {
     for (auto [key, send] : added) (send ? peerSendEnds_ : peerRecvEnds_).erase(key);
     return s;
@@ -291,8 +321,7 @@ Status GpuEngineImpl::ensurePeers(int n, const std::vector<int>& sendPeers, cons
   for (auto [key, send] : added) {
     const DevConn& conn = (send ? peerSendEnds_ : peerRecvEnds_)[key]->conn;
     DevConn* table = send ? devPeerSend_ : devPeerRecv_;
-    BRAID_CHECK(gpuCheck(hipMemcpy(table + key, &conn, sizeof(DevConn), hipMemcpyHostToDevice),
-                         "uploading a peer connector"));
+    BRAID_CHECK(upload(table + key, &conn, sizeof(DevConn), "uploading a peer connector"));
   }
   return okStatus();
 }
@@ -407,6 +436,7 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   plan(a, choice, &d.algo, &nch);
   d.nChannels = nch;
   if (groupMustNotBlock() && !ready(a, choice)) return groupWouldBlock();
+  CaptureTolerant tolerant;
   if (n > 1 && d.algo == device::DevAlgo::Direct) {
     std::vector<int> all;
     for (int p = 0; p < n; ++p)
@@ -468,7 +498,10 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
   }
   const P2pNeeds needs = p2pNeeds(ops);
   const int needChannels = needs.channels;
-  BRAID_CHECK(ensurePeers(needChannels, needs.sendPeers, needs.recvPeers));
+  {
+    CaptureTolerant tolerant;
+    BRAID_CHECK(ensurePeers(needChannels, needs.sendPeers, needs.recvPeers));
+  }
   DevP2pArgs args;
   args.nranks = comm_->nranks();
   args.ctx = ctx();

@@ -20,6 +20,11 @@ using hipStream_t = cudaStream_t;
 using hipEvent_t = cudaEvent_t;
 using hipDeviceProp_t = cudaDeviceProp;
 using hipIpcMemHandle_t = cudaIpcMemHandle_t;
+using hipStreamCaptureMode = cudaStreamCaptureMode;
+using hipStreamCaptureStatus = cudaStreamCaptureStatus;
+using hipGraph_t = cudaGraph_t;
+using hipGraphExec_t = cudaGraphExec_t;
+using hipGraphNode_t = cudaGraphNode_t;
 
 #define hipSuccess cudaSuccess
 #define hipErrorNoDevice cudaErrorNoDevice
@@ -32,6 +37,10 @@ using hipIpcMemHandle_t = cudaIpcMemHandle_t;
 #define hipIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 #define hipHostMallocMapped cudaHostAllocMapped
 #define hipHostMallocPortable cudaHostAllocPortable
+#define hipStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
+#define hipStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define hipStreamCaptureModeRelaxed cudaStreamCaptureModeRelaxed
+#define hipStreamCaptureStatusNone cudaStreamCaptureStatusNone
 
 inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
 inline const char* hipGetErrorName(hipError_t e) { return cudaGetErrorName(e); }
@@ -54,9 +63,37 @@ inline hipError_t hipMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKin
   return cudaMemcpyAsync(d, s, n, k, st);
 }
 inline hipError_t hipMemset(void* p, int v, size_t n) { return cudaMemset(p, v, n); }
+inline hipError_t hipMemsetAsync(void* p, int v, size_t n, hipStream_t s) {
+  return cudaMemsetAsync(p, v, n, s);
+}
 inline hipError_t hipStreamCreateWithFlags(hipStream_t* s, unsigned f) { return cudaStreamCreateWithFlags(s, f); }
 inline hipError_t hipStreamDestroy(hipStream_t s) { return cudaStreamDestroy(s); }
 inline hipError_t hipStreamSynchronize(hipStream_t s) { return cudaStreamSynchronize(s); }
+inline hipError_t hipStreamIsCapturing(hipStream_t s, hipStreamCaptureStatus* st) {
+  return cudaStreamIsCapturing(s, st);
+}
+inline hipError_t hipThreadExchangeStreamCaptureMode(hipStreamCaptureMode* m) {
+  return cudaThreadExchangeStreamCaptureMode(m);
+}
+inline hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode m) {
+  return cudaStreamBeginCapture(s, m);
+}
+inline hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t* g) {
+  return cudaStreamEndCapture(s, g);
+}
+// HIP's five-argument form; CUDA 12 dropped the error-node and log arguments.
+inline hipError_t hipGraphInstantiate(hipGraphExec_t* e, hipGraph_t g, hipGraphNode_t*, char*, size_t) {
+  return cudaGraphInstantiate(e, g, 0);
+}
+inline hipError_t hipGraphLaunch(hipGraphExec_t e, hipStream_t s) {
+  return cudaGraphLaunch(e, s);
+}
+inline hipError_t hipGraphExecDestroy(hipGraphExec_t e) {
+  return cudaGraphExecDestroy(e);
+}
+inline hipError_t hipGraphDestroy(hipGraph_t g) {
+  return cudaGraphDestroy(g);
+}
 inline hipError_t hipPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   return cudaPointerGetAttributes(a, p);
 }

@@ -11,9 +11,15 @@
 //   forced through the environment.
 // Every variant runs in forked children: the GPU runtime is never
 // initialized in the gtest process (ranks forked after it could not use the
-// GPU). Skips cleanly with fewer than two GPUs.
+// GPU). With two or more GPUs every rank has its own; with one, two ranks
+// share it (BRAID_SHARE_GPU=1), so the sweeps also run on a one-GPU machine
+// (ranks of different processes then time-slice the GPU: slow, and the
+// null-stream and full-count variants are cut down). Skips cleanly without
+// a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -63,9 +69,25 @@ int gpuCount() {
   return count;
 }
 
-#define BRAID_NEED_TWO_GPUS(n) \
-  const int n = gpuCount();    \
-  if (n < 2) GTEST_SKIP() << "needs 2 GPUs, found " << n << " (or no driver)"
+// Where a test's ranks run: one per GPU, or two on one GPU.
+struct GpuRanks {
+  int ranks = 0;
+  int gpus = 0;
+  int deviceOf(int rank) const { return rank % gpus; }
+  bool shared() const { return ranks > gpus; }
+  std::vector<std::string> env() const {
+    return shared() ? std::vector<std::string>{"BRAID_SHARE_GPU=1"} : std::vector<std::string>{};
+  }
+};
+
+GpuRanks gpuRanks() {
+  const int n = gpuCount();
+  return GpuRanks{n >= 2 ? n : 2, n};
+}
+
+#define BRAID_NEED_A_GPU(g)      \
+  const GpuRanks g = gpuRanks(); \
+  if (g.gpus < 1) GTEST_SKIP() << "needs a GPU (or no driver)"
 
 enum class StreamKind { kNonBlocking, kNull };
 
@@ -76,11 +98,13 @@ std::string hipCheck(hipError_t e, const char* what) {
 // What one rank runs once its communicator is up: "" on success.
 using GpuWork = std::function<std::string(ncclComm_t comm, int rank, int nranks, SweepMemory& memory)>;
 
-// One rank's process: binds GPU `rank`, makes the stream, joins, runs
-// `work`, destroys the communicator (aborts it after a failure: peers may
-// still be in a collective) and the stream.
-std::string rankOnGpu(const ncclUniqueId& id, int rank, int nranks, StreamKind kind, const GpuWork& work) {
-  std::string err = hipCheck(hipSetDevice(rank), "hipSetDevice");
+// One rank's process: binds its GPU, makes the stream, joins, runs `work`,
+// destroys the communicator (aborts it after a failure: peers may still be
+// in a collective) and the stream.
+std::string rankOnGpu(const ncclUniqueId& id, const GpuRanks& g, int rank, StreamKind kind,
+                      const GpuWork& work) {
+  const int nranks = g.ranks;
+  std::string err = hipCheck(hipSetDevice(g.deviceOf(rank)), "hipSetDevice");
   hipStream_t stream = nullptr;
   if (err.empty() && kind == StreamKind::kNonBlocking) {
     err = hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "hipStreamCreateWithFlags");
@@ -89,7 +113,7 @@ std::string rankOnGpu(const ncclUniqueId& id, int rank, int nranks, StreamKind k
   ncclComm_t comm = nullptr;
   err = check(ncclCommInitRank(&comm, nranks, id, rank), "ncclCommInitRank");
   if (!err.empty()) return err;
-  GpuMemory memory(rank, stream, kSyncTimeoutSec);
+  GpuMemory memory(g.deviceOf(rank), stream, kSyncTimeoutSec);
   err = work(comm, rank, nranks, memory);
   if (!err.empty()) {
     ncclCommAbort(comm);
@@ -100,14 +124,15 @@ std::string rankOnGpu(const ncclUniqueId& id, int rank, int nranks, StreamKind k
   return err;
 }
 
-// `work` in one forked process per GPU; `env` on top of kEnv. Returns the failures.
-std::string runPerGpu(int n, StreamKind kind, const std::vector<std::string>& extraEnv, double timeoutSec,
-                      const GpuWork& work) {
+// `work` in one forked process per rank; `env` on top of kEnv. Returns the failures.
+std::string runPerGpu(const GpuRanks& g, StreamKind kind, const std::vector<std::string>& extraEnv,
+                      double timeoutSec, const GpuWork& work) {
   std::vector<std::string> env = kEnv;
-  env.insert(env.end(), extraEnv.begin(), extraEnv.end());
+  for (const std::vector<std::string>& more : {g.env(), extraEnv})
+    env.insert(env.end(), more.begin(), more.end());
   RootProcess root = startRootProcess({"BRAID_BACKEND=host"});  // the id maker needs no GPU
   auto out = runRanks(
-      n, [&](int rank, int nranks) { return rankOnGpu(root.id, rank, nranks, kind, work); }, timeoutSec, env);
+      g.ranks, [&](int rank, int) { return rankOnGpu(root.id, g, rank, kind, work); }, timeoutSec, env);
   return describeFailures(out);
 }
 
@@ -121,23 +146,35 @@ GpuWork sweepWork(SweepCounts counts) {
 
 // The full sweep: every collective, type, op and count up to 2^20+3 floats.
 TEST(GpuCollSweep, OneProcessPerGpuNonBlockingStream) {
-  BRAID_NEED_TWO_GPUS(n);
-  EXPECT_EQ(runPerGpu(n, StreamKind::kNonBlocking, {}, kFullTimeoutSec, sweepWork(SweepCounts::kFull)), "");
+  BRAID_NEED_A_GPU(g);
+  const SweepCounts counts = g.shared() ? SweepCounts::kQuick : SweepCounts::kFull;
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {}, kFullTimeoutSec, sweepWork(counts)), "");
 }
 
 // The null stream: the legacy default stream of each device.
 TEST(GpuCollSweep, OneProcessPerGpuNullStream) {
-  BRAID_NEED_TWO_GPUS(n);
-  EXPECT_EQ(runPerGpu(n, StreamKind::kNull, {}, kQuickTimeoutSec, sweepWork(SweepCounts::kQuick)), "");
+  BRAID_NEED_A_GPU(g);
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNull, {}, kQuickTimeoutSec, sweepWork(SweepCounts::kQuick)), "");
 }
 
 // --- (c): one process, ncclCommInitAll, one thread per GPU ----------------------
 
-// Runs `body` in one forked child (so the GPU runtime starts there) with kEnv.
-std::string inOneChild(const std::function<std::string()>& body, double timeoutSec) {
+// Runs `body` in one forked child (so the GPU runtime starts there) with kEnv
+// and what `g` needs.
+std::string inOneChild(const GpuRanks& g, const std::function<std::string()>& body, double timeoutSec) {
+  std::vector<std::string> env = kEnv;
+  for (const std::string& e : g.env()) env.push_back(e);
   auto out = runRanks(
-      1, [&](int, int) { return body(); }, timeoutSec, kEnv);
+      1, [&](int, int) { return body(); }, timeoutSec, env);
   return describeFailures(out);
+}
+
+// ncclCommInitAll over the GPUs of `g` (rank r on g.deviceOf(r)).
+std::string initAll(const GpuRanks& g, std::vector<ncclComm_t>* comms) {
+  std::vector<int> devices;
+  for (int r = 0; r < g.ranks; ++r) devices.push_back(g.deviceOf(r));
+  comms->assign(devices.size(), nullptr);
+  return check(ncclCommInitAll(comms->data(), g.ranks, devices.data()), "ncclCommInitAll");
 }
 
 // Destroys every communicator, or aborts them all after a failure.
@@ -154,10 +191,17 @@ std::string endAll(const std::vector<ncclComm_t>& comms, bool failed) {
 }
 
 TEST(GpuCollSweep, InitAllOneThreadPerGpu) {
-  BRAID_NEED_TWO_GPUS(n);
-  auto body = [n]() -> std::string {
-    std::vector<ncclComm_t> comms(static_cast<size_t>(n));
-    std::string err = check(ncclCommInitAll(comms.data(), n, nullptr), "ncclCommInitAll");
+  BRAID_NEED_A_GPU(g);
+  if (g.shared()) {
+    // hipFree (which the sweep calls between collectives) waits for the whole
+    // device: one thread's free would wait for the other thread's kernel, and
+    // that kernel for the first thread's next collective.
+    GTEST_SKIP() << "ranks sharing one GPU cannot be driven from separate threads of one process";
+  }
+  auto body = [g]() -> std::string {
+    const int n = g.ranks;
+    std::vector<ncclComm_t> comms;
+    std::string err = initAll(g, &comms);
     if (!err.empty()) return err;
     std::vector<std::string> reports(static_cast<size_t>(n));
     std::vector<std::thread> threads;
@@ -165,13 +209,13 @@ TEST(GpuCollSweep, InitAllOneThreadPerGpu) {
       threads.emplace_back([&, r] {
         std::string& report = reports[static_cast<size_t>(r)];
         hipStream_t stream = nullptr;
-        report = hipCheck(hipSetDevice(r), "hipSetDevice");
+        report = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
         if (report.empty()) {
           report =
               hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "hipStreamCreateWithFlags");
         }
         if (!report.empty()) return;
-        GpuMemory memory(r, stream, kSyncTimeoutSec);
+        GpuMemory memory(g.deviceOf(r), stream, kSyncTimeoutSec);
         report = collSweep(comms[static_cast<size_t>(r)], r, n, SweepCounts::kQuick, memory);
         if (!memory.wedged()) hipStreamDestroy(stream);
       });
@@ -183,7 +227,7 @@ TEST(GpuCollSweep, InitAllOneThreadPerGpu) {
     }
     return err + endAll(comms, !err.empty());
   };
-  EXPECT_EQ(inOneChild(body, kQuickTimeoutSec), "");
+  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec), "");
 }
 
 // --- (d): one thread drives every GPU in one group ------------------------------
@@ -285,20 +329,22 @@ std::string groupChecks(const std::vector<ncclComm_t>& comms, std::vector<std::u
 }
 
 TEST(GpuCollGroup, OneThreadDrivesAllGpus) {
-  BRAID_NEED_TWO_GPUS(n);
-  auto body = [n]() -> std::string {
-    std::vector<ncclComm_t> comms(static_cast<size_t>(n));
-    std::string err = check(ncclCommInitAll(comms.data(), n, nullptr), "ncclCommInitAll");
+  BRAID_NEED_A_GPU(g);
+  auto body = [g]() -> std::string {
+    const int n = g.ranks;
+    std::vector<ncclComm_t> comms;
+    std::string err = initAll(g, &comms);
     if (!err.empty()) return err;
     std::vector<hipStream_t> streams(static_cast<size_t>(n), nullptr);
     std::vector<std::unique_ptr<GpuMemory>> mems;
     for (int r = 0; r < n && err.empty(); ++r) {
-      err = hipCheck(hipSetDevice(r), "hipSetDevice");
+      err = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
       if (err.empty()) {
         err = hipCheck(hipStreamCreateWithFlags(&streams[static_cast<size_t>(r)], hipStreamNonBlocking),
                        "hipStreamCreateWithFlags");
       }
-      mems.push_back(std::make_unique<GpuMemory>(r, streams[static_cast<size_t>(r)], kSyncTimeoutSec));
+      mems.push_back(
+          std::make_unique<GpuMemory>(g.deviceOf(r), streams[static_cast<size_t>(r)], kSyncTimeoutSec));
     }
     if (err.empty()) err = groupChecks(comms, mems);
     bool wedged = false;
@@ -308,7 +354,7 @@ TEST(GpuCollGroup, OneThreadDrivesAllGpus) {
     }
     return err + endAll(comms, !err.empty());
   };
-  EXPECT_EQ(inOneChild(body, kQuickTimeoutSec), "");
+  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec), "");
 }
 
 // --- (e): teams split from a communicator ---------------------------------------
@@ -316,12 +362,12 @@ TEST(GpuCollGroup, OneThreadDrivesAllGpus) {
 class GpuCollSplit : public ::testing::TestWithParam<SplitShape> {};
 
 TEST_P(GpuCollSplit, SweepOnEachTeam) {
-  BRAID_NEED_TWO_GPUS(n);
+  BRAID_NEED_A_GPU(g);
   const SplitShape shape = GetParam();
   auto work = [shape](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
     return splitSweep(comm, rank, nranks, shape, SweepCounts::kQuick, memory);
   };
-  EXPECT_EQ(runPerGpu(n, StreamKind::kNonBlocking, {}, kQuickTimeoutSec, work), "");
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {}, kQuickTimeoutSec, work), "");
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuCollSplit,
                          ::testing::Values(SplitShape::kReversed, SplitShape::kOddEven,
@@ -333,19 +379,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuCollSplit,
 // --- (f): point-to-point and the collectives made of it -------------------------
 
 TEST(GpuP2p, SendRecvAllToAllGatherScatter) {
-  BRAID_NEED_TWO_GPUS(n);
+  BRAID_NEED_A_GPU(g);
   auto work = [](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
     return p2pSweep(comm, rank, nranks, memory);
   };
-  EXPECT_EQ(runPerGpu(n, StreamKind::kNonBlocking, {}, kQuickTimeoutSec, work), "");
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {}, kQuickTimeoutSec, work), "");
 }
 
 TEST(GpuP2p, SendRecvAllToAllGatherScatterNullStream) {
-  BRAID_NEED_TWO_GPUS(n);
+  BRAID_NEED_A_GPU(g);
   auto work = [](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
     return p2pSweep(comm, rank, nranks, memory);
   };
-  EXPECT_EQ(runPerGpu(n, StreamKind::kNull, {}, kQuickTimeoutSec, work), "");
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNull, {}, kQuickTimeoutSec, work), "");
 }
 
 // --- (g): algorithm, protocol, channels and buffers forced through the environment
@@ -361,8 +407,8 @@ void PrintTo(const ForcedCase& c, std::ostream* os) {
 class GpuCollForced : public ::testing::TestWithParam<ForcedCase> {};
 
 TEST_P(GpuCollForced, SweepWithForcedChoice) {
-  BRAID_NEED_TWO_GPUS(n);
-  EXPECT_EQ(runPerGpu(n, StreamKind::kNonBlocking, GetParam().env, kQuickTimeoutSec,
+  BRAID_NEED_A_GPU(g);
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, GetParam().env, kQuickTimeoutSec,
                       sweepWork(SweepCounts::kQuick)),
             "");
 }
@@ -377,6 +423,166 @@ INSTANTIATE_TEST_SUITE_P(
                       // Small FIFOs: every count above a few thousand spans many steps.
                       ForcedCase{"SmallBuffers", {"BRAID_BUFFSIZE=64K"}}),
     [](const ::testing::TestParamInfo<ForcedCase>& p) { return std::string(p.param.name); });
+
+// --- (h): collectives captured into a graph and replayed ------------------------
+
+// Captures the rank's first collectives (so the connectors are made while
+// the stream is being captured, in the strictest capture mode): an
+// all-reduce, an all-gather, a reduce-scatter of its result, a broadcast
+// from the last rank, a send/receive around the ring and an in-place
+// all-to-all (which stages through a buffer the capture grows). Then
+// replays the graph with new inputs, checking every output after each
+// replay. Counts span the LL and Simple protocols and several channels.
+std::string graphWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
+  using Buffer = SweepBuffer<float>;
+  hipStream_t stream = static_cast<hipStream_t>(memory.stream());
+  const int prev = (rank - 1 + nranks) % nranks, next = (rank + 1) % nranks;
+  auto val = [](int r, size_t i, int iter) {
+    return static_cast<float>((r + 1) * static_cast<int>((i + 3 * iter) % 17));
+  };
+  auto a2a = [nranks](int src, int dst, size_t i, int iter) {
+    return static_cast<float>((src * nranks + dst + 1) * static_cast<int>((i + iter) % 11));
+  };
+  const float rankSum = static_cast<float>(nranks * (nranks + 1) / 2);
+  for (size_t count : {size_t(7), size_t(65537), (size_t(1) << 20) + 3}) {
+    const std::string tag = strCat(" (count ", count, ")");
+    const size_t n = static_cast<size_t>(nranks);
+    Buffer in(memory, count), sum(memory, count), all(memory, count * n), part(memory, count),
+        bcast(memory, count), from(memory, count), x(memory, count * n);
+    for (const Buffer* b : {&in, &sum, &all, &part, &bcast, &from, &x})
+      if (!b->error().empty()) return b->error() + tag;
+    std::string err = memory.synchronize(comm);  // allocation done before the capture begins
+    if (!err.empty()) return err + tag;
+    hipGraph_t graph = nullptr;
+    err = hipCheck(hipStreamBeginCapture(stream, hipStreamCaptureModeGlobal), "hipStreamBeginCapture");
+    if (!err.empty()) return err + tag;
+    err +=
+        check(ncclAllReduce(in.data(), sum.data(), count, ncclFloat32, ncclSum, comm, stream), "allreduce");
+    err += check(ncclAllGather(in.data(), all.data(), count, ncclFloat32, comm, stream), "allgather");
+    err += check(ncclReduceScatter(all.data(), part.data(), count, ncclFloat32, ncclSum, comm, stream),
+                 "reducescatter");
+    err += check(ncclBroadcast(in.data(), bcast.data(), count, ncclFloat32, nranks - 1, comm, stream),
+                 "broadcast");
+    err += check(ncclGroupStart(), "group start");
+    err += check(ncclSend(in.data(), count, ncclFloat32, next, comm, stream), "send");
+    err += check(ncclRecv(from.data(), count, ncclFloat32, prev, comm, stream), "recv");
+    err += check(ncclGroupEnd(), "group end");
+    err += check(ncclAllToAll(x.data(), x.data(), count, ncclFloat32, comm, stream), "in-place alltoall");
+    err += hipCheck(hipStreamEndCapture(stream, &graph), "hipStreamEndCapture");
+    hipGraphExec_t exec = nullptr;
+    if (err.empty())
+      err = hipCheck(hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0), "hipGraphInstantiate");
+    if (!err.empty()) return "while capturing: " + err + tag;
+    std::vector<float> h(count), hx(count * n), got;
+    for (int iter = 0; iter < 3 && err.empty(); ++iter) {
+      const std::string at = strCat(" after replay ", iter, tag);
+      for (size_t i = 0; i < count; ++i) h[i] = val(rank, i, iter);
+      for (size_t j = 0; j < count * n; ++j) hx[j] = a2a(rank, static_cast<int>(j / count), j % count, iter);
+      err = in.upload(h) + x.upload(hx);
+      if (err.empty()) err = hipCheck(hipGraphLaunch(exec, stream), "hipGraphLaunch");
+      if (err.empty()) err = memory.synchronize(comm);
+      if (!err.empty()) return err + at;
+      auto expect = [&](Buffer& b, const char* what,
+                        const std::function<float(size_t)>& want) -> std::string {
+        std::string e = b.download(&got);
+        for (size_t j = 0; j < got.size() && e.empty(); ++j) {
+          if (got[j] != want(j))
+            e = strCat(what, " at ", j, ": ", got[j], " where ", want(j), " was expected");
+        }
+        return e;
+      };
+      err = expect(sum, "allreduce", [&](size_t i) { return rankSum * val(0, i, iter); });
+      if (err.empty())
+        err = expect(all, "allgather",
+                     [&](size_t j) { return val(static_cast<int>(j / count), j % count, iter); });
+      if (err.empty())
+        err = expect(part, "reducescatter",
+                     [&](size_t i) { return static_cast<float>(nranks) * val(rank, i, iter); });
+      if (err.empty()) err = expect(bcast, "broadcast", [&](size_t i) { return val(nranks - 1, i, iter); });
+      if (err.empty()) err = expect(from, "recv", [&](size_t i) { return val(prev, i, iter); });
+      if (err.empty())
+        err = expect(x, "alltoall",
+                     [&](size_t j) { return a2a(static_cast<int>(j / count), rank, j % count, iter); });
+      if (!err.empty()) err += at;
+    }
+    (void)hipGraphExecDestroy(exec);
+    (void)hipGraphDestroy(graph);
+    if (!err.empty()) return err;
+  }
+  return "";
+}
+
+TEST(GpuGraph, CaptureOnFirstUseAndReplay) {
+  BRAID_NEED_A_GPU(g);
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {}, kQuickTimeoutSec, graphWork), "");
+}
+
+// --- (i): ncclCommAbort while a kernel waits for a peer that never comes --------
+
+// Every rank runs one all-reduce (the ring is connected then); rank 0 then
+// starts a second one that no other rank joins, so its kernel waits for
+// data; then aborts. The abort must return promptly (the figure is
+// printed; the bound checked is a hang guard, not a performance goal) and
+// the kernel must end, so the stream drains. The other ranks never join and
+// abort after rank 0 is done.
+TEST(GpuAbort, AbortEndsAKernelWaitingForAMissingPeer) {
+  BRAID_NEED_A_GPU(g);
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  std::vector<std::string> env = kEnv;
+  for (const std::string& e : g.env()) env.push_back(e);
+  RootProcess root = startRootProcess({"BRAID_BACKEND=host"});
+  auto out = runRanks(
+      g.ranks,
+      [&](int rank, int nranks) -> std::string {
+        std::string err = hipCheck(hipSetDevice(g.deviceOf(rank)), "hipSetDevice");
+        hipStream_t stream = nullptr;
+        if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "stream");
+        ncclComm_t comm = nullptr;
+        if (err.empty()) err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "ncclCommInitRank");
+        if (!err.empty()) return err;
+        const size_t count = 1 << 20;
+        void* buf = nullptr;
+        err = hipCheck(hipMalloc(&buf, count * sizeof(float)), "hipMalloc");
+        if (err.empty()) {
+          err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
+                      "the first ncclAllReduce");
+        }
+        if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
+        if (!err.empty()) return err;
+        if (rank != 0) {
+          std::this_thread::sleep_for(std::chrono::seconds(5));  // rank 0 is done with its abort by then
+          return check(ncclCommAbort(comm), "ncclCommAbort (a rank that did not join)");
+        }
+        err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
+                    "the second ncclAllReduce");
+        if (!err.empty()) return err;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (gpusweep::streamQuery(stream) != gpusweep::kNotReady) {
+          return "the all-reduce ended without its peers: it should still be waiting";
+        }
+        const auto t0 = Clock::now();
+        err = check(ncclCommAbort(comm), "ncclCommAbort");
+        const auto t1 = Clock::now();
+        hipError_t e = gpusweep::kNotReady;
+        while ((e = gpusweep::streamQuery(stream)) == gpusweep::kNotReady && seconds(t1, Clock::now()) < 30) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        const auto t2 = Clock::now();
+        std::fprintf(stderr,
+                     "[ abort ] ncclCommAbort returned in %.1f ms; the stream drained %.1f ms later\n",
+                     1e3 * seconds(t0, t1), 1e3 * seconds(t1, t2));
+        if (!err.empty()) return err;
+        if (e == gpusweep::kNotReady) return "the kernel still ran 30 s after ncclCommAbort";
+        if (seconds(t0, t1) > 10) return strCat("ncclCommAbort took ", seconds(t0, t1), " s (a hang?)");
+        (void)hipFree(buf);
+        return hipCheck(hipStreamDestroy(stream), "hipStreamDestroy");
+      },
+      90, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
 
 }  // namespace
 }  // namespace braid::test

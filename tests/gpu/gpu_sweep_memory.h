@@ -86,7 +86,16 @@ class GpuMemory : public SweepMemory {
     if (hipError_t e = hipSetDevice(device_); e != hipSuccess) return gpusweep::gpuError("hipSetDevice", e);
     while (true) {
       hipError_t e = gpusweep::streamQuery(stream_);
-      if (e == hipSuccess) return "";
+      if (e == hipSuccess) {
+        // A kernel that gave up (stall timeout, abort) also ends: its error is the communicator's.
+        ncclResult_t async = ncclSuccess;
+        if (comm != nullptr && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+          return std::string("after the stream drained, ncclCommGetAsyncError: ") +
+                 ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
+        }
+        return "";
+      }
       if (e != gpusweep::kNotReady) {
         wedged_ = true;
         return gpusweep::gpuError("waiting for the stream", e);

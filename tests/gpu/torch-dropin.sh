@@ -2,7 +2,9 @@
 # PyTorch's NCCL process group on Braid (the device tool's machines: PyTorch
 # with CUDA and NCCL in its Python packages). Runs tests/gpu/torch_dropin.py
 # twice -- with Braid's libnccl.so.2 in NCCL's place, then with PyTorch's own
-# NCCL -- compares the DistributedDataParallel losses of the two runs, checks
+# NCCL -- compares the DistributedDataParallel losses of the two runs; on a
+# machine with one GPU also runs the checks with two Braid ranks sharing it
+# (BRAID_SHARE_GPU=1; NCCL refuses that), so the two-rank checks run; checks
 # that a rank's abrupt exit gives the survivor an error on Braid, and prints
 # one line per check and "N passed, M failed". Logs go to $OUT (or
 # ./gpu-results/torch).
@@ -78,8 +80,22 @@ else
   result FAIL "DDP losses equal to NCCL's"
 fi
 
-LD_PRELOAD="$braid_lib" BRAID_STALL_TIMEOUT=20 timeout "${RUN_TIMEOUT:-300}" python3 tests/gpu/torch_dropin.py --out "$out/abrupt" \
-  --abrupt-exit > "$out/abrupt.txt" 2> "$out/abrupt.log"
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+share=()
+if [ "$gpus" -lt 2 ]; then
+  share=(BRAID_SHARE_GPU=1)
+  echo "# one GPU: the checks again with two Braid ranks on it (their processes time-slice the GPU)"
+  env LD_PRELOAD="$braid_lib" "${share[@]}" NCCL_DEBUG=WARN timeout "${RUN_TIMEOUT:-600}" \
+    python3 tests/gpu/torch_dropin.py --out "$out/braid-shared" --world 2 > "$out/braid-shared.txt" \
+    2> "$out/braid-shared.log"
+  rc=$?
+  grep -E "^(PASS|FAIL|SKIP) |passed," "$out/braid-shared.txt" | sed 's/^/  [2 ranks, 1 GPU] /'
+  [ $rc -eq 0 ] && result PASS "every check of the two-rank Braid run on one GPU" \
+    || result FAIL "checks of the two-rank Braid run on one GPU (exit $rc)"
+fi
+
+env LD_PRELOAD="$braid_lib" "${share[@]}" BRAID_STALL_TIMEOUT=20 timeout "${RUN_TIMEOUT:-300}" \
+  python3 tests/gpu/torch_dropin.py --out "$out/abrupt" --abrupt-exit --world 2 > "$out/abrupt.txt" 2> "$out/abrupt.log"
 line=$(grep -E "^(PASS|FAIL|SKIP)" "$out/abrupt.txt" | head -1)
 case $line in
   PASS*) result PASS "${line#PASS }" ;;

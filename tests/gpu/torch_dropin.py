@@ -2,13 +2,15 @@
 """PyTorch's NCCL process group on whatever libnccl.so.2 the process loaded.
 
 Run by tests/gpu/torch-dropin.sh, once with Braid's libnccl.so.2 preloaded
-and once with PyTorch's own NCCL. Each rank is a process spawned here (one
-GPU each); every check compares against values computed independently on
+and once with PyTorch's own NCCL. Each rank is a process spawned here, on GPU
+rank % (visible GPUs): one GPU each, or, with more ranks than GPUs, sharing
+(Braid only, with BRAID_SHARE_GPU=1: NCCL refuses two ranks on one GPU); every check compares against values computed independently on
 the host, prints one line per check (PASS, FAIL with the reason, or SKIP with
 why) and the run ends with "N passed, M failed, K skipped".
 
   python3 torch_dropin.py --out DIR [--world N]     all the checks
-  python3 torch_dropin.py --out DIR --abrupt-exit   rank 1 dies mid-run; rank 0
+  python3 torch_dropin.py --out DIR --abrupt-exit [--world 2]
+                                                    rank 1 dies mid-run; rank 0
                                                     must get an error, not hang
 
 The losses of the DistributedDataParallel steps go to DIR/ddp_losses.json so
@@ -344,8 +346,8 @@ def all_checks(c, rank, world, dev, out_dir):
 
 
 def worker(rank, world, port, out_dir, mode):
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
     timeout = datetime.timedelta(seconds=30 if mode == "abrupt" else 120)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timeout, device_id=dev)
@@ -389,7 +391,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     if a.abrupt_exit:
         if a.world < 2:
-            print("SKIP abrupt exit of a rank (needs 2 GPUs)")
+            print("SKIP abrupt exit of a rank (needs 2 ranks: 2 GPUs, or --world 2 with BRAID_SHARE_GPU=1)")
             return 0
         ctx = mp.get_context("spawn")
         port = free_port()

@@ -57,8 +57,10 @@ P2pEnd::~P2pEnd() {
   if (local_ != nullptr) (void)(localOnHost_ ? hipHostFree(local_) : hipFree(local_));
 }
 
-Status p2pConnect(bootstrap::Bootstrap* bs, int device, size_t slotBytes, const std::vector<P2pRequest>& reqs) {
+Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_t slotBytes,
+                  const std::vector<P2pRequest>& reqs) {
   BRAID_CHECK(gpuCheck(hipSetDevice(device), "selecting the GPU"));
+  hipStream_t setup = static_cast<hipStream_t>(setupStream);
   // 1. Allocate, zero and post every block.
   for (const P2pRequest& r : reqs) {
     P2pEnd* e = r.end;
@@ -80,7 +82,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, size_t slotBytes, const 
     void* p = nullptr;
     if (direct) {
       BRAID_CHECK(gpuCheck(hipMalloc(&p, bytes), "allocating a connector block"));
-      BRAID_CHECK(gpuCheck(hipMemset(p, 0, bytes), "zeroing a connector block"));
+      BRAID_CHECK(gpuCheck(hipMemsetAsync(p, 0, bytes, setup), "zeroing a connector block"));
     } else {
       BRAID_CHECK(gpuCheck(hipHostMalloc(&p, bytes, hipHostMallocMapped | hipHostMallocPortable),
                            "allocating a pinned host connector block"));
@@ -97,7 +99,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, size_t slotBytes, const 
     if (direct && !r.peerInProcess) BRAID_CHECK(gpuCheck(hipIpcGetMemHandle(&h.ipc, p), "making an IPC handle"));
     BRAID_CHECK(bs->send(r.peer, handleTag(r.tag, r.send), &h, sizeof(h)));
   }
-  BRAID_CHECK(gpuCheck(hipDeviceSynchronize(), "zeroing connector blocks"));
+  BRAID_CHECK(gpuCheck(hipStreamSynchronize(setup), "zeroing connector blocks"));
   // 2. Receive and map the peers' blocks.
   for (const P2pRequest& r : reqs) {
     Handle h;

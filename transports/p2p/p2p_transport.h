@@ -33,7 +33,7 @@ class P2pEnd {
   DevConn conn;  // valid once connected
 
  private:
-  friend Status p2pConnect(bootstrap::Bootstrap*, int, size_t, const std::vector<struct P2pRequest>&);
+  friend Status p2pConnect(bootstrap::Bootstrap*, int, void*, size_t, const std::vector<struct P2pRequest>&);
   char* local_ = nullptr;  // this end's block
   bool localOnHost_ = false;
   void* opened_ = nullptr;  // the peer's block, opened from an IPC handle
@@ -48,8 +48,12 @@ struct P2pRequest {
   P2pEnd* end;
 };
 
-// `device`: this rank's GPU. `slotBytes`: Simple payload per step.
-Status p2pConnect(bootstrap::Bootstrap* bs, int device, size_t slotBytes, const std::vector<P2pRequest>& reqs);
+// `device`: this rank's GPU. `setupStream`: a non-blocking stream of that GPU
+// that is never captured; the blocks are zeroed on it and p2pConnect waits
+// for it alone, so connecting works while another stream is being captured
+// into a graph. `slotBytes`: Simple payload per step.
+Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_t slotBytes,
+                  const std::vector<P2pRequest>& reqs);
 
 // Lets `device` reach `peer`'s memory directly (idempotent); false where the
 // hardware cannot.
