@@ -431,7 +431,8 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   d.peerSend = devPeerSend_;
   d.peerRecv = devPeerRecv_;
   d.ctx = ctx();
-  d.chunkElems = choice.chunkBytes / datatypeSize(a.datatype);
+  d.elemSize = static_cast<int32_t>(datatypeSize(a.datatype));
+  d.chunkElems = choice.chunkBytes / static_cast<uint64_t>(d.elemSize);
   int nch = 1;
   plan(a, choice, &d.algo, &nch);
   d.nChannels = nch;

@@ -58,7 +58,7 @@ struct DevCollArgs {
   int32_t rank = 0, nranks = 1, root = 0;
   int32_t nChannels = 1;
   int32_t avgDivisor = 0;   // > 0: divide the result by it (ncclAvg)
-  int32_t pad = 0;
+  int32_t elemSize = 0;     // bytes of one element of the call's datatype
   const DevChannel* channels = nullptr;  // device memory, nChannels entries
   const DevConn* peerSend = nullptr;     // direct: device memory, [channel * nranks + peer]
   const DevConn* peerRecv = nullptr;

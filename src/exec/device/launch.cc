@@ -23,6 +23,15 @@ bool collKernelsBuilt(ncclDataType_t type) {
 }
 
 Status launchCollective(ncclDataType_t type, DevOp op, Protocol proto, const DevCollArgs& a, void* stream) {
+  if (a.coll == DevColl::AllGather || a.coll == DevColl::Broadcast) {
+    const uint64_t size = static_cast<uint64_t>(a.elemSize);
+    if (size == 0) return internalError("a data-movement launch without its element size");
+    DevCollArgs bytes = a;
+    bytes.count *= size;
+    bytes.chunkElems *= size;
+    bytes.avgDivisor = 0;
+    return launchMove(proto, bytes, stream);
+  }
   if (!collKernelsBuilt(type)) {
     return invalidUsage("datatype ", static_cast<int>(type),
                         " has no GPU kernels in this build (configured with BRAID_KERNEL_TYPES)");

@@ -20,7 +20,12 @@ Status launchCollective(ncclDataType_t type, DevOp op, Protocol proto, const Dev
 // One block per connector of the group (args.nBlocks).
 Status launchP2p(const DevP2pArgs& args, void* stream);
 
-// Per-type entry points, defined by the generated coll_<type>.hip sources.
+// All-gather and broadcast on bytes (args.count and chunkElems in bytes),
+// whatever the datatype: defined by the generated coll_move.hip.
+Status launchMove(Protocol proto, const DevCollArgs& args, void* stream);
+
+// Per-type entry points of the reducing collectives, defined by the generated
+// coll_<type>.hip sources.
 #define BRAID_DECLARE_KLAUNCH(name) \
   Status launchColl_##name(DevOp op, Protocol proto, const DevCollArgs& a, void* stream);
 BRAID_DECLARE_KLAUNCH(i8)
