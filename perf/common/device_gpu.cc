@@ -46,11 +46,17 @@ class GpuDevice final : public Device {
     return p;
   }
   void release(void* p) override { GPUCHECK(GPU(Free)(p)); }
+  // On the test's own stream, then waited for: a plain memcpy from pageable
+  // memory runs on the legacy stream, which does not order the collectives
+  // of a non-blocking stream, and may return before its DMA lands, so a
+  // collective launched next could read the input being written.
   void toDevice(void* dst, const void* src, size_t bytes) override {
-    GPUCHECK(GPU(Memcpy)(dst, src, bytes, GPU(MemcpyHostToDevice)));
+    GPUCHECK(GPU(MemcpyAsync)(dst, src, bytes, GPU(MemcpyHostToDevice), stream_));
+    GPUCHECK(GPU(StreamSynchronize)(stream_));
   }
   void toHost(void* dst, const void* src, size_t bytes) override {
-    GPUCHECK(GPU(Memcpy)(dst, src, bytes, GPU(MemcpyDeviceToHost)));
+    GPUCHECK(GPU(MemcpyAsync)(dst, src, bytes, GPU(MemcpyDeviceToHost), stream_));
+    GPUCHECK(GPU(StreamSynchronize)(stream_));
   }
   Stream stream() override { return stream_; }
   void synchronize() override { GPUCHECK(GPU(StreamSynchronize)(stream_)); }
