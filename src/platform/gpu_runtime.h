@@ -21,7 +21,6 @@ using hipEvent_t = cudaEvent_t;
 using hipDeviceProp_t = cudaDeviceProp;
 using hipIpcMemHandle_t = cudaIpcMemHandle_t;
 using hipStreamCaptureMode = cudaStreamCaptureMode;
-using hipStreamCaptureStatus = cudaStreamCaptureStatus;
 using hipGraph_t = cudaGraph_t;
 using hipGraphExec_t = cudaGraphExec_t;
 using hipGraphNode_t = cudaGraphNode_t;
@@ -38,9 +37,7 @@ using hipGraphNode_t = cudaGraphNode_t;
 #define hipHostMallocMapped cudaHostAllocMapped
 #define hipHostMallocPortable cudaHostAllocPortable
 #define hipStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
-#define hipStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
 #define hipStreamCaptureModeRelaxed cudaStreamCaptureModeRelaxed
-#define hipStreamCaptureStatusNone cudaStreamCaptureStatusNone
 
 inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
 inline const char* hipGetErrorName(hipError_t e) { return cudaGetErrorName(e); }
@@ -69,9 +66,6 @@ inline hipError_t hipMemsetAsync(void* p, int v, size_t n, hipStream_t s) {
 inline hipError_t hipStreamCreateWithFlags(hipStream_t* s, unsigned f) { return cudaStreamCreateWithFlags(s, f); }
 inline hipError_t hipStreamDestroy(hipStream_t s) { return cudaStreamDestroy(s); }
 inline hipError_t hipStreamSynchronize(hipStream_t s) { return cudaStreamSynchronize(s); }
-inline hipError_t hipStreamIsCapturing(hipStream_t s, hipStreamCaptureStatus* st) {
-  return cudaStreamIsCapturing(s, st);
-}
 inline hipError_t hipThreadExchangeStreamCaptureMode(hipStreamCaptureMode* m) {
   return cudaThreadExchangeStreamCaptureMode(m);
 }

@@ -29,7 +29,6 @@ Status launchCollective(ncclDataType_t type, DevOp op, Protocol proto, const Dev
     DevCollArgs bytes = a;
     bytes.count *= size;
     bytes.chunkElems *= size;
-    bytes.avgDivisor = 0;
     return launchMove(proto, bytes, stream);
   }
   if (!collKernelsBuilt(type)) {
