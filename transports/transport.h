@@ -28,6 +28,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "platform/host_device.h"
+
 namespace braid {
 
 constexpr int kConnectorSteps = 8;
@@ -141,6 +143,25 @@ struct DevConn {
   uint64_t* head = nullptr;   // in the sender's memory: the receiver stores, the sender polls
   uint64_t* step = nullptr;   // this end's next step, in its own memory
   uint64_t slotBytes = 0;     // Simple payload per step
+  // Net connectors only (null otherwise): the sender records each step's
+  // size and protocol here (DevStepWord) before it publishes tail, so the
+  // proxy knows what to send.
+  uint64_t* sizes = nullptr;
+};
+
+// What a sender records for step s of a net connector: (s + 1) in bits
+// 32..62 (checked by the proxy), the protocol in bit 63 (1: LL), the step's
+// payload bytes in bits 0..31.
+struct DevStepWord {
+  static constexpr uint64_t kLL = 1ull << 63;
+  BRAID_HOST_DEVICE static uint64_t make(uint64_t step, bool ll, uint64_t bytes) {
+    return (((step + 1) & 0x7fffffffull) << 32) | (ll ? kLL : 0) | (bytes & 0xffffffffull);
+  }
+  static bool matches(uint64_t word, uint64_t step) {
+    return ((word >> 32) & 0x7fffffffull) == ((step + 1) & 0x7fffffffull);
+  }
+  static bool ll(uint64_t word) { return (word & kLL) != 0; }
+  static uint64_t bytes(uint64_t word) { return word & 0xffffffffull; }
 };
 
 struct DevConnLayout {
@@ -151,8 +172,58 @@ struct DevConnLayout {
   // Offsets inside a block.
   static constexpr size_t kCounter = 0;  // tail (receiver's block) or head (sender's block)
   static constexpr size_t kStep = 64;
+  static constexpr size_t kSizes = 128;  // receiver's block: kConnectorSteps DevStepWords (net connectors)
   static size_t simpleOffset() { return kDevCountersBytes; }
   static size_t llOffset(size_t slotBytes) { return kDevCountersBytes + kConnectorSteps * slotBytes; }
+};
+static_assert(DevConnLayout::kSizes + kConnectorSteps * sizeof(uint64_t) <= kDevCountersBytes,
+              "the step words fit in the counters area");
+
+// A net connector's end (a peer on another host): both blocks in one
+// allocation of host memory this rank's GPU maps, the receiver's block
+// first. The kernel drives it as if the peer's block were there; the proxy
+// (transports/net/proxy.h) plays the peer: it sends what the kernel wrote
+// and writes what arrives.
+struct DevNetLayout {
+  static size_t bytes(size_t slotBytes) {
+    return DevConnLayout::recvBytes(slotBytes) + DevConnLayout::sendBytes();
+  }
+  static size_t sendBlockOffset(size_t slotBytes) { return DevConnLayout::recvBytes(slotBytes); }
+};
+
+// A net connector's block as the proxy sees it (host addresses).
+struct DevNetBlock {
+  char* base = nullptr;  // DevNetLayout
+  size_t slotBytes = 0;
+
+  uint64_t* tail() const { return reinterpret_cast<uint64_t*>(base + DevConnLayout::kCounter); }
+  uint64_t* head() const {
+    return reinterpret_cast<uint64_t*>(base + DevNetLayout::sendBlockOffset(slotBytes) +
+                                       DevConnLayout::kCounter);
+  }
+  uint64_t* stepWord(uint64_t s) const {
+    return reinterpret_cast<uint64_t*>(base + DevConnLayout::kSizes) + s % kConnectorSteps;
+  }
+  char* simple(uint64_t s) const {
+    return base + DevConnLayout::simpleOffset() + (s % kConnectorSteps) * slotBytes;
+  }
+  char* ll(uint64_t s) const {
+    return base + DevConnLayout::llOffset(slotBytes) + (s % kConnectorSteps) * kDevLLSlotBytes;
+  }
+  // The connector a kernel gets for this end, with `device` the GPU's
+  // address of `base` and `send` the end's direction.
+  DevConn conn(char* device, bool send) const {
+    DevConn c;
+    c.simple = device + DevConnLayout::simpleOffset();
+    c.ll = device + DevConnLayout::llOffset(slotBytes);
+    c.tail = reinterpret_cast<uint64_t*>(device + DevConnLayout::kCounter);
+    char* sendBlock = device + DevNetLayout::sendBlockOffset(slotBytes);
+    c.head = reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kCounter);
+    c.step = reinterpret_cast<uint64_t*>((send ? sendBlock : device) + DevConnLayout::kStep);
+    c.slotBytes = slotBytes;
+    c.sizes = send ? reinterpret_cast<uint64_t*>(device + DevConnLayout::kSizes) : nullptr;
+    return c;
+  }
 };
 
 }  // namespace braid

@@ -63,6 +63,26 @@ Status ConnectorFactory::openSend(int peer, uint32_t tag, size_t slotBytes,
   return okStatus();
 }
 
+Status ConnectorFactory::postRecvDevice(int peer, uint32_t tag, const DevNetBlock& block,
+                                        std::unique_ptr<NetEnd>* out) {
+  auto end = std::make_unique<NetEnd>();
+  end->useDeviceBlock(block);
+  BRAID_CHECK(
+      netPostRecv(bs_, net_, peer, peers_[static_cast<size_t>(peer)].name, tag, block.slotBytes, end.get()));
+  *out = std::move(end);
+  return okStatus();
+}
+
+Status ConnectorFactory::openSendDevice(int peer, uint32_t tag, const DevNetBlock& block,
+                                        std::unique_ptr<NetEnd>* out) {
+  auto end = std::make_unique<NetEnd>();
+  end->useDeviceBlock(block);
+  BRAID_CHECK(
+      netOpenSend(bs_, net_, peer, peers_[static_cast<size_t>(peer)].name, tag, block.slotBytes, end.get()));
+  *out = std::move(end);
+  return okStatus();
+}
+
 Status ConnectorFactory::finishRecv(int peer, uint32_t tag, ConnectorEnd* io) {
   const PeerPlace& p = peers_[static_cast<size_t>(peer)];
   if (usesNet(peer)) return netFinishRecv(bs_, net_, peer, p.name, tag, static_cast<NetEnd*>(io));

@@ -38,6 +38,11 @@ class ConnectorFactory {
   Status openSend(int peer, uint32_t tag, size_t slotBytes, std::unique_ptr<ConnectorEnd>* out);
   Status finishRecv(int peer, uint32_t tag, ConnectorEnd* io);
 
+  // GPU connectors to a peer on another host: `block` (host memory the GPU
+  // maps, owned by the caller) served by the proxy; then finishRecv.
+  Status postRecvDevice(int peer, uint32_t tag, const DevNetBlock& block, std::unique_ptr<NetEnd>* out);
+  Status openSendDevice(int peer, uint32_t tag, const DevNetBlock& block, std::unique_ptr<NetEnd>* out);
+
   bool usesNet(int peer) const { return !peers_[static_cast<size_t>(peer)].sameHost; }
   const char* transportName(int peer) const;
   // The first failure of a net connector ("" / ok when none).
@@ -46,6 +51,7 @@ class ConnectorFactory {
   // waits on it end at once instead of at the stall timeout.
   void watch(std::atomic<bool>* flag) { sink_->watch(flag); }
   void unwatch(std::atomic<bool>* flag) { sink_->unwatch(flag); }
+  NetErrorSink& errorSink() { return *sink_; }
 
  private:
   bootstrap::Bootstrap* bs_;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/comm.h"
+#include "core/connectors.h"
 #include "core/enqueue.h"
 #include "core/group.h"
 #include "core/p2p.h"
@@ -66,6 +67,23 @@ device::DevOp devOp(ncclRedOp_t op) {
   }
 }
 
+// One end of a device connector: p2p to a GPU of this host, or a block of
+// host memory the GPU maps, served by the net proxy, to another host.
+struct DevEnd {
+  DevEnd() = default;
+  ~DevEnd() {
+    net.reset();  // the proxy lets go of the block first
+    if (mapped != nullptr) (void)hipHostFree(mapped);
+  }
+  DevEnd(const DevEnd&) = delete;
+  DevEnd& operator=(const DevEnd&) = delete;
+
+  DevConn conn;  // valid once connected
+  P2pEnd p2p;
+  std::unique_ptr<NetEnd> net;
+  void* mapped = nullptr;
+};
+
 class GpuEngineImpl final : public GpuEngine {
  public:
   explicit GpuEngineImpl(Communicator* comm) : comm_(comm), device_(comm->device()) {}
@@ -86,11 +104,17 @@ class GpuEngineImpl final : public GpuEngine {
  private:
   struct TreeEnds {
     TreeLinks links;
-    P2pEnd upSend, downRecv, upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];
+    DevEnd upSend, downRecv, upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];
   };
   struct ChannelEnds {
-    P2pEnd ringSend, ringRecv;
+    DevEnd ringSend, ringRecv;
     std::unique_ptr<TreeEnds> tree;
+  };
+  struct EndRequest {
+    int peer;
+    bool send;
+    uint32_t tag;
+    DevEnd* end;
   };
 
   // The kernel's algorithm and channel count for a collective.
@@ -107,10 +131,16 @@ class GpuEngineImpl final : public GpuEngine {
   Status ensureTree(int n);
   // Peer connectors of channels 0..n-1 to `sendPeers` / from `recvPeers`.
   Status ensurePeers(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+  // Connects `reqs` (every rank of each connector passes its side): p2p
+  // for peers on this host, the net for the others.
+  Status connect(size_t slotBytes, const std::vector<EndRequest>& reqs);
+  Status mapNetBlock(size_t slotBytes, DevEnd* end, DevNetBlock* block);
+  bool onThisHost(int peer) const {
+    return nodeOf_[static_cast<size_t>(peer)] == nodeOf_[static_cast<size_t>(comm_->rank())];
+  }
   Status uploadChannels();
   // Copies `bytes` from the host to device memory on the setup stream and waits for it.
   Status upload(void* dst, const void* src, size_t bytes, const char* what);
-  P2pRequest request(int peer, bool send, uint32_t tag, P2pEnd* end) const;
   size_t ringSlotBytes() const { return comm_->p2pSlotBytes(); }
   device::DevCtx ctx() const {
     device::DevCtx c;
@@ -123,7 +153,8 @@ class GpuEngineImpl final : public GpuEngine {
   Communicator* comm_;
   int device_;
   std::vector<int> peerDevice_;  // each rank's GPU in this process's numbering (-1: not visible)
-  std::vector<int> nodeOf_;
+  std::vector<int> nodeOf_;      // each rank's host, numbered in order of first appearance
+  uint64_t netWatch_ = 0;        // the net error sink's call that raises the abort flag
   hipStream_t setup_ = nullptr;           // non-blocking, never captured: setup work only
   int32_t* abortFlag_ = nullptr;          // host-mapped
   device::DevStatus* status_ = nullptr;   // host-mapped
@@ -132,7 +163,7 @@ class GpuEngineImpl final : public GpuEngine {
   DevChannel* devChannels_ = nullptr;     // device table, kDevMaxChannels entries
   std::vector<DevChannel> hostChannels_;  // its host copy
   // Peer connectors: [channel * nranks + peer].
-  std::map<int, std::unique_ptr<P2pEnd>> peerSendEnds_, peerRecvEnds_;
+  std::map<int, std::unique_ptr<DevEnd>> peerSendEnds_, peerRecvEnds_;
   DevConn* devPeerSend_ = nullptr;
   DevConn* devPeerRecv_ = nullptr;
   void* staging_ = nullptr;  // in-place all-to-all
@@ -159,8 +190,61 @@ Status GpuEngineImpl::stage(const void* src, size_t bytes, void* stream, const v
   return okStatus();
 }
 
-P2pRequest GpuEngineImpl::request(int peer, bool send, uint32_t tag, P2pEnd* end) const {
-  return P2pRequest{peer, send, tag, comm_->sameProcess(peer), peerDevice_[static_cast<size_t>(peer)], end};
+Status GpuEngineImpl::mapNetBlock(size_t slotBytes, DevEnd* end, DevNetBlock* block) {
+  const size_t bytes = DevNetLayout::bytes(slotBytes);
+  void* p = nullptr;
+  BRAID_CHECK(gpuCheck(hipHostMalloc(&p, bytes, hipHostMallocMapped | hipHostMallocPortable),
+                       "allocating a net connector in host memory the GPU maps"));
+  end->mapped = p;
+  std::memset(p, 0, bytes);
+  block->base = static_cast<char*>(p);
+  block->slotBytes = slotBytes;
+  return okStatus();
+}
+
+Status GpuEngineImpl::connect(size_t slotBytes, const std::vector<EndRequest>& reqs) {
+  std::vector<P2pRequest> local;
+  std::vector<const EndRequest*> remoteSend, remoteRecv;
+  for (const EndRequest& r : reqs) {
+    if (onThisHost(r.peer)) {
+      local.push_back(P2pRequest{r.peer, r.send, r.tag, comm_->sameProcess(r.peer),
+                                 peerDevice_[static_cast<size_t>(r.peer)], &r.end->p2p});
+    } else {
+      (r.send ? remoteSend : remoteRecv).push_back(&r);
+    }
+  }
+  // The three net steps around the p2p exchange, in the order every
+  // transport's setup keeps (core/connectors.h): no step waits for a step
+  // a peer takes later.
+  ConnectorFactory& f = comm_->connectors();
+  std::map<const EndRequest*, DevNetBlock> blocks;
+  for (const EndRequest* r : remoteRecv) {
+    BRAID_CHECK(mapNetBlock(slotBytes, r->end, &blocks[r]));
+    BRAID_CHECK(f.postRecvDevice(r->peer, r->tag, blocks[r], &r->end->net));
+  }
+  if (!local.empty()) BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, setup_, slotBytes, local));
+  for (const EndRequest* r : remoteSend) {
+    BRAID_CHECK(mapNetBlock(slotBytes, r->end, &blocks[r]));
+    BRAID_CHECK(f.openSendDevice(r->peer, r->tag, blocks[r], &r->end->net));
+  }
+  for (const EndRequest* r : remoteRecv) BRAID_CHECK(f.finishRecv(r->peer, r->tag, r->end->net.get()));
+  if (!blocks.empty()) {
+    BRAID_INFO(kLogNet,
+               "GPU %d: %zu connectors to ranks on other hosts through %s (host memory the GPU maps, "
+               "served by the proxy), %zu through p2p",
+               device_, blocks.size(), f.transportName(blocks.begin()->first->peer), local.size());
+  }
+  for (const EndRequest& r : reqs) {
+    auto it = blocks.find(&r);
+    if (it == blocks.end()) {
+      r.end->conn = r.end->p2p.conn;
+      continue;
+    }
+    void* device = nullptr;
+    BRAID_CHECK(gpuCheck(hipHostGetDevicePointer(&device, r.end->mapped, 0), "mapping a net connector"));
+    r.end->conn = it->second.conn(static_cast<char*>(device), r.send);
+  }
+  return okStatus();
 }
 
 Status GpuEngineImpl::init() {
@@ -169,27 +253,36 @@ Status GpuEngineImpl::init() {
   CaptureTolerant tolerant;
   BRAID_CHECK(gpuCheck(hipStreamCreateWithFlags(&setup_, hipStreamNonBlocking), "creating the setup stream"));
   peerDevice_.assign(static_cast<size_t>(n), -1);
+  nodeOf_.assign(static_cast<size_t>(n), 0);
+  std::vector<uint64_t> hosts;
   for (int r = 0; r < n; ++r) {
     const PeerInfo& p = comm_->peers()[static_cast<size_t>(r)];
-    if (p.hostHash != comm_->peers()[static_cast<size_t>(comm_->rank())].hostHash) {
-      return invalidUsage("rank ", r, " runs on another host (", p.hostId,
-                          "): GPU communicators across hosts are not available in this release (the network "
-                          "proxy serves host memory only); set BRAID_BACKEND=host to run across hosts on CPUs");
-    }
+    auto it = std::find(hosts.begin(), hosts.end(), p.hostHash);
+    nodeOf_[static_cast<size_t>(r)] = static_cast<int>(it - hosts.begin());
+    if (it == hosts.end()) hosts.push_back(p.hostHash);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!onThisHost(r)) continue;  // its bus id names a GPU of its own host
     int dev = -1;
-    if (hipDeviceGetByPCIBusId(&dev, p.busId) == hipSuccess) {
+    if (hipDeviceGetByPCIBusId(&dev, comm_->peers()[static_cast<size_t>(r)].busId) == hipSuccess) {
       peerDevice_[static_cast<size_t>(r)] = dev;
     } else {
       (void)hipGetLastError();
     }
   }
-  nodeOf_.assign(static_cast<size_t>(n), 0);  // one host (checked above): trees are chains
   void* mapped = nullptr;
   BRAID_CHECK(gpuCheck(hipHostMalloc(&mapped, 256, hipHostMallocMapped | hipHostMallocPortable),
                        "allocating the kernels' abort flag and status"));
   std::memset(mapped, 0, 256);
   abortFlag_ = static_cast<int32_t*>(mapped);
   status_ = reinterpret_cast<device::DevStatus*>(static_cast<char*>(mapped) + 64);
+  // A failed net connector ends the kernels at once (they would otherwise
+  // wait for the stall timeout); deviceStatus() then reports its cause.
+  if (hosts.size() > 1) {
+    int32_t* flag = abortFlag_;
+    netWatch_ =
+        comm_->connectors().errorSink().callOnFailure([flag] { *const_cast<volatile int32_t*>(flag) = 1; });
+  }
   void* table = nullptr;
   BRAID_CHECK(gpuCheck(hipMalloc(&table, sizeof(DevChannel) * kDevMaxChannels), "allocating channel tables"));
   devChannels_ = static_cast<DevChannel*>(table);
@@ -208,6 +301,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   // Kernels may still run (destroy without a synchronize, or an abort):
   // every wait ends at the abort flag or the timeout, so this returns.
   (void)hipSetDevice(device_);
+  if (netWatch_ != 0) comm_->connectors().errorSink().stopCalling(netWatch_);
   if (comm_->abortFlag().load()) abort();
   (void)hipDeviceSynchronize();
   channels_.clear();
@@ -237,12 +331,12 @@ Status GpuEngineImpl::ensureRing(int n) {
   const int rank = comm_->rank(), nr = comm_->nranks();
   const int next = (rank + 1) % nr, prev = (rank - 1 + nr) % nr;
   while (static_cast<int>(channels_.size()) < n) channels_.push_back(std::make_unique<ChannelEnds>());
-  std::vector<P2pRequest> reqs;
+  std::vector<EndRequest> reqs;
   for (int c = ringConnected_; c < n; ++c) {
-    reqs.push_back(request(prev, false, ringTag(c), &channels_[static_cast<size_t>(c)]->ringRecv));
-    reqs.push_back(request(next, true, ringTag(c), &channels_[static_cast<size_t>(c)]->ringSend));
+    reqs.push_back({prev, false, ringTag(c), &channels_[static_cast<size_t>(c)]->ringRecv});
+    reqs.push_back({next, true, ringTag(c), &channels_[static_cast<size_t>(c)]->ringSend});
   }
-  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, setup_, ringSlotBytes(), reqs));
+  BRAID_CHECK(connect(ringSlotBytes(), reqs));
   for (int c = ringConnected_; c < n; ++c) {
     DevChannel& d = hostChannels_[static_cast<size_t>(c)];
     d.ringSend = channels_[static_cast<size_t>(c)]->ringSend.conn;
@@ -260,22 +354,22 @@ Status GpuEngineImpl::ensureTree(int n) {
   if (n <= treeConnected_) return okStatus();
   while (static_cast<int>(channels_.size()) < n) channels_.push_back(std::make_unique<ChannelEnds>());
   const auto trees = buildDoubleTree(nodeOf_, comm_->rank());
-  std::vector<P2pRequest> reqs;
+  std::vector<EndRequest> reqs;
   for (int c = treeConnected_; c < n; ++c) {
     auto t = std::make_unique<TreeEnds>();
     t->links = trees[static_cast<size_t>(c % 2)];
     const TreeLinks& l = t->links;
     if (l.up >= 0) {
-      reqs.push_back(request(l.up, true, treeTag(c, true), &t->upSend));
-      reqs.push_back(request(l.up, false, treeTag(c, false), &t->downRecv));
+      reqs.push_back({l.up, true, treeTag(c, true), &t->upSend});
+      reqs.push_back({l.up, false, treeTag(c, false), &t->downRecv});
     }
     for (int i = 0; i < l.ndown; ++i) {
-      reqs.push_back(request(l.down[i], false, treeTag(c, true), &t->upRecv[i]));
-      reqs.push_back(request(l.down[i], true, treeTag(c, false), &t->downSend[i]));
+      reqs.push_back({l.down[i], false, treeTag(c, true), &t->upRecv[i]});
+      reqs.push_back({l.down[i], true, treeTag(c, false), &t->downSend[i]});
     }
     channels_[static_cast<size_t>(c)]->tree = std::move(t);
   }
-  BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, setup_, ringSlotBytes(), reqs));
+  BRAID_CHECK(connect(ringSlotBytes(), reqs));
   for (int c = treeConnected_; c < n; ++c) {
     TreeEnds& t = *channels_[static_cast<size_t>(c)]->tree;
     DevChannel& d = hostChannels_[static_cast<size_t>(c)];
@@ -294,26 +388,26 @@ Status GpuEngineImpl::ensureTree(int n) {
 
 Status GpuEngineImpl::ensurePeers(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {
   const int nr = comm_->nranks();
-  std::vector<P2pRequest> reqs;
+  std::vector<EndRequest> reqs;
   std::vector<std::pair<int, bool>> added;  // (table index, send)
   for (int c = 0; c < n; ++c) {
     for (int p : recvPeers) {
       const int key = c * nr + p;
       if (peerRecvEnds_.count(key) != 0) continue;
-      auto& end = peerRecvEnds_[key] = std::make_unique<P2pEnd>();
-      reqs.push_back(request(p, false, peerTag(c), end.get()));
+      auto& end = peerRecvEnds_[key] = std::make_unique<DevEnd>();
+      reqs.push_back({p, false, peerTag(c), end.get()});
       added.push_back({key, false});
     }
     for (int p : sendPeers) {
       const int key = c * nr + p;
       if (peerSendEnds_.count(key) != 0) continue;
-      auto& end = peerSendEnds_[key] = std::make_unique<P2pEnd>();
-      reqs.push_back(request(p, true, peerTag(c), end.get()));
+      auto& end = peerSendEnds_[key] = std::make_unique<DevEnd>();
+      reqs.push_back({p, true, peerTag(c), end.get()});
       added.push_back({key, true});
     }
   }
   if (reqs.empty()) return okStatus();
-  Status s = p2pConnect(comm_->bootstrap(), device_, setup_, comm_->gpuP2pStepBytes(), reqs);
+  Status s = connect(comm_->gpuP2pStepBytes(), reqs);
   if (!s.ok()) {
     for (auto [key, send] : added) (send ? peerSendEnds_ : peerRecvEnds_).erase(key);
     return s;
@@ -332,6 +426,8 @@ Status GpuEngineImpl::deviceStatus() const {
   device::DevStatus s;
   s.code = v->code;
   if (s.code == device::kDevOk) return okStatus();
+  Status net = comm_->connectors().netError();
+  if (!net.ok()) return net;  // a net connector failed: the kernels were stopped for it
   s.channel = v->channel;
   s.peer = v->peer;
   s.waitingFor = v->waitingFor;

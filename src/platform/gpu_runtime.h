@@ -55,6 +55,9 @@ inline hipError_t hipMalloc(void** p, size_t n) { return cudaMalloc(p, n); }
 inline hipError_t hipFree(void* p) { return cudaFree(p); }
 inline hipError_t hipHostMalloc(void** p, size_t n, unsigned flags) { return cudaHostAlloc(p, n, flags); }
 inline hipError_t hipHostFree(void* p) { return cudaFreeHost(p); }
+inline hipError_t hipHostGetDevicePointer(void** d, void* h, unsigned flags) {
+  return cudaHostGetDevicePointer(d, h, flags);
+}
 inline hipError_t hipMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) { return cudaMemcpy(d, s, n, k); }
 inline hipError_t hipMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, hipStream_t st) {
   return cudaMemcpyAsync(d, s, n, k, st);

@@ -8,7 +8,8 @@
 //   null stream; one process, one thread per GPU (ncclCommInitAll, like
 //   nccl-tests -t N); one thread driving every GPU in one group (-g N);
 //   teams split from a communicator; algorithm, protocol and channel count
-//   forced through the environment.
+//   forced through the environment; ranks on two hosts (host ids), their
+//   connectors through the net proxy.
 // Every variant runs in forked children: the GPU runtime is never
 // initialized in the gtest process (ranks forked after it could not use the
 // GPU). With two or more GPUs every rank has its own; with one, two ranks
@@ -17,7 +18,9 @@
 // null-stream and full-count variants are cut down). Skips cleanly without
 // a GPU.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -125,14 +128,21 @@ std::string rankOnGpu(const ncclUniqueId& id, const GpuRanks& g, int rank, Strea
 }
 
 // `work` in one forked process per rank; `env` on top of kEnv. Returns the failures.
+// `hostOf`, when given, names each rank's host (BRAID_HOSTID).
 std::string runPerGpu(const GpuRanks& g, StreamKind kind, const std::vector<std::string>& extraEnv,
-                      double timeoutSec, const GpuWork& work) {
+                      double timeoutSec, const GpuWork& work,
+                      const std::function<std::string(int)>& hostOf = nullptr) {
   std::vector<std::string> env = kEnv;
   for (const std::vector<std::string>& more : {g.env(), extraEnv})
     env.insert(env.end(), more.begin(), more.end());
   RootProcess root = startRootProcess({"BRAID_BACKEND=host"});  // the id maker needs no GPU
   auto out = runRanks(
-      g.ranks, [&](int rank, int) { return rankOnGpu(root.id, g, rank, kind, work); }, timeoutSec, env);
+      g.ranks,
+      [&](int rank, int) {
+        if (hostOf) setenv("BRAID_HOSTID", hostOf(rank).c_str(), 1);
+        return rankOnGpu(root.id, g, rank, kind, work);
+      },
+      timeoutSec, env);
   return describeFailures(out);
 }
 
@@ -584,5 +594,102 @@ TEST(GpuAbort, AbortEndsAKernelWaitingForAMissingPeer) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// --- (j): ranks on two hosts (host ids): GPU connectors through the net proxy ----
+
+// Two "hosts" on this machine (BRAID_HOSTID), two ranks each: connectors
+// between the hosts go through the socket Net on loopback and host memory
+// the GPUs map; ranks of one host keep p2p. With one GPU its four ranks
+// share it (two per host). Default choice, each protocol forced on rings
+// and trees, small buffers (many steps per call), and point-to-point.
+struct MultiHostCase {
+  const char* name;
+  std::vector<std::string> env;
+  bool p2p = false;
+};
+void PrintTo(const MultiHostCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class GpuMultiHost : public ::testing::TestWithParam<MultiHostCase> {};
+
+TEST_P(GpuMultiHost, SweepAcrossTwoHostIds) {
+  BRAID_NEED_A_GPU(one);
+  const GpuRanks g{4, std::min(one.gpus, 4)};
+  std::vector<std::string> env = GetParam().env;
+  env.insert(env.end(), {"NCCL_SOCKET_IFNAME=lo", "NCCL_NET=Socket"});
+  GpuWork work = sweepWork(SweepCounts::kQuick);
+  if (GetParam().p2p) {
+    work = [](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
+      return p2pSweep(comm, rank, nranks, memory);
+    };
+  }
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, env, kFullTimeoutSec, work,
+                      [](int rank) { return strCat("gpuhost", rank / 2); }),
+            "");
+}
+INSTANTIATE_TEST_SUITE_P(
+    Net, GpuMultiHost,
+    ::testing::Values(MultiHostCase{"Default", {}},
+                      MultiHostCase{"RingLL", {"NCCL_ALGO=Ring", "NCCL_PROTO=LL"}},
+                      MultiHostCase{"TreeSimple", {"NCCL_ALGO=Tree", "NCCL_PROTO=Simple"}},
+                      MultiHostCase{"SmallBuffers", {"BRAID_BUFFSIZE=64K", "NCCL_ALGO=Ring"}},
+                      MultiHostCase{"PointToPoint", {}, true}),
+    [](const ::testing::TestParamInfo<MultiHostCase>& p) { return std::string(p.param.name); });
+
+// Rank 1 (the other host) dies abruptly after a first all-reduce; rank 0's
+// second all-reduce waits for it. The net connector's failure must end
+// rank 0's kernel and reach ncclCommGetAsyncError naming rank 1, long
+// before the stall timeout (60 s here); the time is printed.
+TEST(GpuMultiHostFault, ARankOfTheOtherHostDiesMidCollective) {
+  BRAID_NEED_A_GPU(g);
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::string> env = kEnv;
+  env.insert(env.end(), {"NCCL_SOCKET_IFNAME=lo", "NCCL_NET=Socket"});
+  RootProcess root = startRootProcess({"BRAID_BACKEND=host"});
+  auto out = runRanks(
+      2,
+      [&](int rank, int nranks) -> std::string {
+        setenv("BRAID_HOSTID", strCat("gpuhost", rank).c_str(), 1);
+        std::string err = hipCheck(hipSetDevice(rank % g.gpus), "hipSetDevice");
+        hipStream_t stream = nullptr;
+        if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "stream");
+        ncclComm_t comm = nullptr;
+        if (err.empty()) err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "ncclCommInitRank");
+        if (!err.empty()) return err;
+        const size_t count = 1 << 20;
+        void* buf = nullptr;
+        err = hipCheck(hipMalloc(&buf, count * sizeof(float)), "hipMalloc");
+        if (err.empty()) {
+          err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
+                      "the first ncclAllReduce");
+        }
+        if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
+        if (!err.empty()) return err;
+        if (rank == 1) _exit(3);  // abruptly: no destroy, the kernel's sockets just close
+        const auto t0 = Clock::now();
+        err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
+                    "the second ncclAllReduce");
+        ncclResult_t async = ncclSuccess;
+        while (async == ncclSuccess && Clock::now() - t0 < std::chrono::seconds(40)) {
+          if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) return "ncclCommGetAsyncError failed";
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        const std::string last = ncclGetLastError(comm);
+        std::fprintf(stderr, "[ fault ] rank 0 got %s after %.2f s: %s\n", ncclGetErrorString(async), secs,
+                     last.c_str());
+        ncclCommAbort(comm);
+        if (!err.empty() && err.find("rank 1") == std::string::npos) return err;
+        if (async == ncclSuccess) return "no error 40 s after the other host's rank died (a hang?)";
+        if (async != ncclRemoteError && async != ncclSystemError) {
+          return strCat("the error is ", ncclGetErrorString(async), ", not a remote or system error: ", last);
+        }
+        if (last.find("rank 1") == std::string::npos) return "the error does not name rank 1: " + last;
+        return "";
+      },
+      120, env);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].report, "");
+}
 }  // namespace
 }  // namespace braid::test

@@ -19,6 +19,7 @@ NetEnd::~NetEnd() {
 }
 
 Status NetEnd::allocate(size_t slotBytes) {
+  if (block_.base != nullptr) return okStatus();  // the caller's GPU block
   const size_t bytes = (ConnectorMemory::sizeFor(slotBytes) + 4095) / 4096 * 4096;
   memory_ = std::aligned_alloc(4096, bytes);
   if (memory_ == nullptr) return systemError("out of host memory for a ", bytes, "-byte net connector");
@@ -55,7 +56,9 @@ Status netOpenSend(bootstrap::Bootstrap* bs, const NetSetup& setup, int peer, co
     sched_yield();
   }
   out->proxy_ = NetProxy::get(setup.net, setup.dev);
-  out->proxyId_ = out->proxy_->addSend(comm, out->conn, {peer, peerName}, setup.sink);
+  out->proxyId_ = out->block_.base != nullptr
+                      ? out->proxy_->addDevSend(comm, out->block_, {peer, peerName}, setup.sink)
+                      : out->proxy_->addSend(comm, out->conn, {peer, peerName}, setup.sink);
   return okStatus();
 }
 
@@ -82,7 +85,9 @@ Status netFinishRecv(bootstrap::Bootstrap*, const NetSetup& setup, int peer, con
   setup.net->closeListen(io->listen_);
   io->listen_ = nullptr;
   io->proxy_ = NetProxy::get(setup.net, setup.dev);
-  io->proxyId_ = io->proxy_->addRecv(comm, io->conn, {peer, peerName}, setup.sink);
+  io->proxyId_ = io->block_.base != nullptr
+                     ? io->proxy_->addDevRecv(comm, io->block_, {peer, peerName}, setup.sink)
+                     : io->proxy_->addRecv(comm, io->conn, {peer, peerName}, setup.sink);
   return okStatus();
 }
 

@@ -1,7 +1,8 @@
 // The net transport: connectors to ranks on other hosts, served by the
 // proxy (transports/net/proxy.h) over the chosen Net (transports/net/net.h).
 //
-// Each end keeps its connector in local host memory; the proxy of this
+// Each end keeps its connector in local host memory (for a GPU connector,
+// host memory its GPU maps: NetEnd::useDeviceBlock); the proxy of this
 // process moves the slots between it and the network. Setting up a
 // connector takes the same three steps as the shm transport, in the same
 // order across all connectors set up together; step 1 never waits:
@@ -37,6 +38,11 @@ class NetEnd : public ConnectorEnd {
   NetEnd(const NetEnd&) = delete;
   NetEnd& operator=(const NetEnd&) = delete;
 
+  // Serve a GPU connector's block (owned by the caller, which frees it only
+  // after this end is destroyed) instead of a host connector. Called before
+  // the setup steps; `conn` then stays unused.
+  void useDeviceBlock(const DevNetBlock& block) { block_ = block; }
+
  private:
   friend Status netPostRecv(bootstrap::Bootstrap*, const NetSetup&, int, const std::string&, uint32_t, size_t,
                             NetEnd*);
@@ -46,6 +52,7 @@ class NetEnd : public ConnectorEnd {
                               NetEnd*);
   Status allocate(size_t slotBytes);
 
+  DevNetBlock block_;  // a GPU connector's block, when block_.base is set
   void* memory_ = nullptr;
   Net* net_ = nullptr;
   NetListenComm* listen_ = nullptr;  // between steps 1 and 3

@@ -27,6 +27,8 @@ size_t llMessageBytes(uint64_t headerUnit) {
 
 struct NetProxy::Conn {
   bool isSend = false;
+  bool dev = false;  // a GPU connector: `block` instead of `c`
+  DevNetBlock block;
   NetSendComm* send = nullptr;
   NetRecvComm* recv = nullptr;
   Connector c;
@@ -40,8 +42,13 @@ struct NetProxy::Conn {
   std::vector<uint64_t> stage;  // receive: landing areas when a Simple slot is smaller than an LL slot
 
   char* landing(uint64_t s) {
-    if (stage.empty()) return reinterpret_cast<char*>(c.header(s));
+    if (stage.empty()) return dev ? block.simple(s) : reinterpret_cast<char*>(c.header(s));
     return reinterpret_cast<char*>(stage.data()) + (s % kConnectorSteps) * landingBytes;
+  }
+  // Steps the local sender published.
+  uint64_t sendTail() const {
+    return dev ? __atomic_load_n(block.tail(), __ATOMIC_ACQUIRE)
+               : c.counters->tail.load(std::memory_order_acquire);
   }
 };
 
@@ -91,6 +98,33 @@ uint64_t NetProxy::addRecv(NetRecvComm* comm, const Connector& local, Peer peer,
   return add(std::move(c));
 }
 
+uint64_t NetProxy::addDevSend(NetSendComm* comm, const DevNetBlock& block, Peer peer,
+                              std::shared_ptr<NetErrorSink> sink) {
+  auto c = std::make_unique<Conn>();
+  c->isSend = true;
+  c->dev = true;
+  c->send = comm;
+  c->block = block;
+  c->peer = std::move(peer);
+  c->sink = std::move(sink);
+  return add(std::move(c));
+}
+
+uint64_t NetProxy::addDevRecv(NetRecvComm* comm, const DevNetBlock& block, Peer peer,
+                              std::shared_ptr<NetErrorSink> sink) {
+  auto c = std::make_unique<Conn>();
+  c->dev = true;
+  c->recv = comm;
+  c->block = block;
+  c->peer = std::move(peer);
+  c->sink = std::move(sink);
+  // A step lands in its Simple slot (an LL step is then spread over its LL
+  // slot), or in a staging area when Simple slots are smaller than LL ones.
+  c->landingBytes = std::max(block.slotBytes, kDevLLSlotBytes);
+  if (block.slotBytes < kDevLLSlotBytes) c->stage.resize(kConnectorSteps * c->landingBytes / 8);
+  return add(std::move(c));
+}
+
 uint64_t NetProxy::add(std::unique_ptr<Conn> c) {
   Impl& im = *impl_;
   im.waiting.fetch_add(1);
@@ -116,7 +150,7 @@ void NetProxy::remove(uint64_t id) {
     auto it = im.conns.find(id);
     if (it == im.conns.end()) return true;
     Conn* c = it->second.get();
-    const uint64_t tail = c->c.counters->tail.load(std::memory_order_acquire);
+    const uint64_t tail = c->isSend ? c->sendTail() : 0;
     if (!c->isSend || c->failed || c->done == tail) return true;
     const auto now = std::chrono::steady_clock::now();
     if (c->done != lastDone) lastDone = c->done, lastMove = now;
@@ -277,6 +311,139 @@ bool NetProxy::progressRecv(Conn* c) {
   return moved;
 }
 
+// ---- GPU connectors ----------------------------------------------------------
+
+namespace {
+
+uint32_t llFlag(uint64_t step) {
+  return static_cast<uint32_t>(step + 1);
+}
+
+// Whether every line of an LL step carries the step's flag in both halves.
+bool llLinesCarry(const char* lines, size_t bytes, uint64_t step) {
+  const uint32_t flag = llFlag(step);
+  for (size_t off = 0; off < bytes; off += 16) {
+    uint32_t w[4];
+    for (int k = 0; k < 4; ++k)
+      w[k] = __atomic_load_n(reinterpret_cast<const uint32_t*>(lines + off) + k, __ATOMIC_RELAXED);
+    if (w[1] != flag || w[3] != flag) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool NetProxy::progressDevSend(Conn* c) {
+  bool moved = false;
+  const DevNetBlock& b = c->block;
+  const uint64_t tail = c->sendTail();
+  while (c->posted < tail && c->posted - c->done < kConnectorSteps) {
+    const uint64_t s = c->posted;
+    // The kernel stored the step word and the data, fenced to system
+    // scope, then tail: all of it is visible once tail is.
+    const uint64_t word = __atomic_load_n(b.stepWord(s), __ATOMIC_ACQUIRE);
+    if (!DevStepWord::matches(word, s)) {
+      fail(c, internalError("the GPU published step ", s, " of a net connector without its size"));
+      return moved;
+    }
+    const uint64_t bytes = DevStepWord::bytes(word);
+    const char* data;
+    size_t size;
+    uint32_t tag;
+    if (DevStepWord::ll(word)) {
+      size = 16 * ((bytes + 7) / 8);  // 8 data bytes per 16-byte line
+      data = b.ll(s);
+      tag = kTagLL;
+      if (size > kDevLLSlotBytes) {
+        fail(c, internalError("LL step ", s, " claims ", bytes, " bytes, more than a slot holds"));
+        return moved;
+      }
+      if (!llLinesCarry(data, size, s)) {
+        fail(c, internalError("LL step ", s, " was published before its lines"));
+        return moved;
+      }
+    } else {
+      size = bytes;
+      data = b.simple(s);
+      tag = kTagSimple;
+      if (size > b.slotBytes) {
+        fail(c, internalError("step ", s, " claims ", bytes, " bytes, more than a slot holds"));
+        return moved;
+      }
+    }
+    NetRequest* r = nullptr;
+    Status st = net_->isend(c->send, data, size, tag, nullptr, &r);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (r == nullptr) break;
+    c->reqs[s % kConnectorSteps] = r;
+    ++c->posted;
+    moved = true;
+  }
+  while (c->done < c->posted) {
+    bool done = false;
+    Status st = net_->test(c->reqs[c->done % kConnectorSteps], &done, nullptr, nullptr);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (!done) break;
+    __atomic_store_n(b.head(), ++c->done, __ATOMIC_RELEASE);  // the kernel may refill the slot
+    moved = true;
+  }
+  return moved;
+}
+
+bool NetProxy::progressDevRecv(Conn* c) {
+  bool moved = false;
+  const DevNetBlock& b = c->block;
+  const uint64_t head = __atomic_load_n(b.head(), __ATOMIC_ACQUIRE);  // slots the kernel freed
+  while (c->posted < head + kConnectorSteps && c->posted - c->done < kConnectorSteps) {
+    NetRequest* r = nullptr;
+    Status st = net_->irecv(c->recv, c->landing(c->posted), c->landingBytes, nullptr, &r);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (r == nullptr) break;
+    c->reqs[c->posted % kConnectorSteps] = r;
+    ++c->posted;
+    moved = true;
+  }
+  while (c->done < c->posted) {
+    const uint64_t s = c->done;
+    bool done = false;
+    size_t size = 0;
+    uint32_t tag = 0;
+    Status st = net_->test(c->reqs[s % kConnectorSteps], &done, &size, &tag);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    if (!done) break;
+    const char* src = c->landing(s);
+    if (tag == kNetClosedTag) {
+      BRAID_INFO(kLogProxy, "proxy: %s closed its net connection", c->peer.description.c_str());
+      c->failed = true;
+      return moved;
+    }
+    if (tag == kTagLL) {
+      if (size % 16 != 0 || size > kDevLLSlotBytes || !llLinesCarry(src, size, s)) {
+        fail(c, remoteError("a malformed LL step ", s, " arrived (", size, " bytes)"));
+        return moved;
+      }
+      // 8-byte stores, each half of a line with its flag: the kernel takes
+      // a line only once both halves carry the step's flag.
+      uint64_t* dst = reinterpret_cast<uint64_t*>(b.ll(s));
+      for (size_t u = 0; u < size / 8; ++u) {
+        uint64_t v;
+        std::memcpy(&v, src + 8 * u, 8);
+        __atomic_store_n(dst + u, v, __ATOMIC_RELAXED);
+      }
+    } else {
+      if (tag != kTagSimple || size > b.slotBytes) {
+        fail(c, remoteError("a malformed step ", s, " arrived (tag ", tag, ", ", size, " bytes)"));
+        return moved;
+      }
+      if (src != b.simple(s)) std::memcpy(b.simple(s), src, size);
+    }
+    // Simple data is read once tail is seen (the release orders it first).
+    __atomic_store_n(b.tail(), ++c->done, __ATOMIC_RELEASE);
+    moved = true;
+  }
+  return moved;
+}
+
 void NetProxy::loop(uint64_t generation) {
   Impl& im = *impl_;
   BRAID_INFO(kLogProxy, "proxy thread for %s device %d started", net_->name(), dev_);
@@ -291,7 +458,11 @@ void NetProxy::loop(uint64_t generation) {
       }
       for (auto& [id, c] : im.conns) {
         if (c->failed) continue;
-        moved |= c->isSend ? progressSend(c.get()) : progressRecv(c.get());
+        if (c->dev) {
+          moved |= c->isSend ? progressDevSend(c.get()) : progressDevRecv(c.get());
+        } else {
+          moved |= c->isSend ? progressSend(c.get()) : progressRecv(c.get());
+        }
       }
     }
     if (im.waiting.load() > 0) std::this_thread::yield();

@@ -11,6 +11,11 @@
 //   the proxy posts a receive for it; when the message lands it writes the
 //   slot (LL: unit by unit, each unit in one 8-byte store, the header unit
 //   last with release) and publishes tail = s + 1.
+// GPU connectors to another host (DevNetBlock, transports/transport.h) are
+// served the same way: the kernel writes its steps into host memory the GPU
+// maps, with each step's size and protocol in a step word, and the proxy
+// moves them; an arriving LL step is written line by line in 8-byte stores,
+// each carrying its flag, so the kernel never sees half a unit.
 // A failed connection (the peer died, the link dropped, a garbled frame)
 // stops that connector and records the error, naming the peer rank, in the
 // connector's ErrorSink; the waiting primitives then fail at their stall
@@ -22,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,8 +47,9 @@ class NetErrorSink {
   void record(const Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (first_.ok()) first_ = s;
-    failed_.store(true, std::memory_order_release);
     for (std::atomic<bool>* f : watched_) f->store(true);
+    for (auto& c : calls_) c.second();
+    failed_.store(true, std::memory_order_release);  // last: failed() means every flag and call is done
   }
   void watch(std::atomic<bool>* flag) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -52,6 +59,21 @@ class NetErrorSink {
   void unwatch(std::atomic<bool>* flag) {
     std::lock_guard<std::mutex> lock(mu_);
     watched_.erase(std::remove(watched_.begin(), watched_.end(), flag), watched_.end());
+  }
+  // Calls `f` (under the sink's lock, so it must not call back into it) when
+  // the first error is recorded, or at once if one already was; returns an
+  // id for stopCalling. For waits that are not on an std::atomic<bool> (a
+  // GPU kernel's abort flag).
+  uint64_t callOnFailure(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.load()) f();
+    calls_.push_back({++lastCall_, std::move(f)});
+    return lastCall_;
+  }
+  void stopCalling(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.erase(std::remove_if(calls_.begin(), calls_.end(), [id](const auto& c) { return c.first == id; }),
+                 calls_.end());
   }
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   Status first() const {
@@ -64,6 +86,8 @@ class NetErrorSink {
   Status first_;
   std::atomic<bool> failed_{false};
   std::vector<std::atomic<bool>*> watched_;
+  std::vector<std::pair<uint64_t, std::function<void()>>> calls_;
+  uint64_t lastCall_ = 0;
 };
 
 class NetProxy {
@@ -80,6 +104,11 @@ class NetProxy {
   // becomes the proxy's; it is closed by remove(). Returns an id for remove.
   uint64_t addSend(NetSendComm* comm, const Connector& local, Peer peer, std::shared_ptr<NetErrorSink> sink);
   uint64_t addRecv(NetRecvComm* comm, const Connector& local, Peer peer, std::shared_ptr<NetErrorSink> sink);
+  // The same for a GPU connector's block (host memory the GPU maps).
+  uint64_t addDevSend(NetSendComm* comm, const DevNetBlock& block, Peer peer,
+                      std::shared_ptr<NetErrorSink> sink);
+  uint64_t addDevRecv(NetRecvComm* comm, const DevNetBlock& block, Peer peer,
+                      std::shared_ptr<NetErrorSink> sink);
   // Stops serving the connector and closes its comm; when it returns the
   // proxy no longer touches the connector's memory. Removing the last
   // connector stops the proxy thread and joins it (the next add starts one).
@@ -92,6 +121,8 @@ class NetProxy {
   void loop(uint64_t generation);  // serves until Impl::generation moves past `generation`
   bool progressSend(Conn* c);
   bool progressRecv(Conn* c);
+  bool progressDevSend(Conn* c);
+  bool progressDevRecv(Conn* c);
   void fail(Conn* c, Status s);
 
   struct Impl;

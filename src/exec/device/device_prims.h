@@ -96,6 +96,8 @@ class DevPrims {
         scredit_[i] = c.head;
         sstepPtr_[i] = c.step;
         sstep_[i] = *c.step;
+        ssizes_[i] = c.sizes;
+        netSend_ = netSend_ || c.sizes != nullptr;
         speer_[i] = sendPeers[i];
         slot = c.slotBytes < slot ? c.slotBytes : slot;
       }
@@ -165,13 +167,26 @@ class DevPrims {
     if (P == Protocol::Simple) {
       moveSimple(src, srcPre, fromRecv, dst, toSend, n);
       failed_ = __syncthreads_or(0);
-      // The block's stores happen before the barrier; the posting thread's
-      // system-scope fence then orders them all before tail (as NCCL's
-      // postPeer does), so one thread fences instead of every thread.
-      if (toSend && tid == 0) __threadfence_system();
     } else {
       bad = !moveLL(src, srcPre, fromRecv, dst, toSend, n);
       failed_ = __syncthreads_or(bad);
+    }
+    // The block's stores happen before the barrier; the posting thread's
+    // system-scope fence then orders them all before tail (as NCCL's
+    // postPeer does), so one thread fences instead of every thread. LL
+    // needs no fence between GPUs (the flags travel with the data), but a
+    // net connector's proxy reads the step word and the lines after tail.
+    if (toSend && tid == 0 && !failed_) {
+      if (netSend_) {
+#pragma unroll
+        for (int i = 0; i < kSend; ++i) {
+          if (i < nsend_ && ssizes_[i] != nullptr) {
+            ssizes_[i][sstep_[i] % kConnectorSteps] =
+                DevStepWord::make(sstep_[i], P == Protocol::LL, n * sizeof(T));
+          }
+        }
+      }
+      if (P == Protocol::Simple || netSend_) __threadfence_system();
     }
     if (!failed_ && tid == 0) {
 #pragma unroll
@@ -434,6 +449,8 @@ class DevPrims {
   uint64_t* scredit_[kSend];   // head in our memory
   uint64_t* sstepPtr_[kSend];
   uint64_t sstep_[kSend];
+  uint64_t* ssizes_[kSend];  // net connectors' step words, else null
+  bool netSend_ = false;
   int speer_[kSend];
   char* rbuf_[kRecv];
   uint64_t* rcounter_[kRecv];  // tail in our memory
