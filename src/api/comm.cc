@@ -9,7 +9,7 @@
 using namespace braid;
 
 namespace {
-constexpr const char* kNotYet = "buffer registration and windows";
+constexpr const char* kNotYet = "symmetric memory windows";
 
 Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   BRAID_CHECK(api::checkNotNull(comm, "comm"));
@@ -210,13 +210,30 @@ BRAID_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
   }
 #define BRAID_ARGS(...) __VA_ARGS__
 
-BRAID_COMM_ENTRY(kNotYet, ncclCommRegister,
-                 BRAID_ARGS(const ncclComm_t comm, void* buff, size_t size, void** handle), {
-                   BRAID_CHECK(api::checkNotNull(buff, "buff"));
-                   BRAID_CHECK(api::checkNotNull(handle, "handle"));
-                 })
-BRAID_COMM_ENTRY(kNotYet, ncclCommDeregister, BRAID_ARGS(const ncclComm_t comm, void* handle),
-                 { BRAID_CHECK(api::checkNotNull(handle, "handle")); })
+BRAID_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return api::apiGuard(
+      "ncclCommRegister",
+      [&]() -> Status {
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(api::checkNotNull(buff, "buff"));
+        BRAID_CHECK(api::checkNotNull(handle, "handle"));
+        return c->buffers().add(buff, size, handle);
+      },
+      comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  return api::apiGuard(
+      "ncclCommDeregister",
+      [&]() -> Status {
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(api::checkNotNull(handle, "handle"));
+        return c->buffers().remove(handle);
+      },
+      comm);
+}
 BRAID_COMM_ENTRY(kNotYet, ncclCommWindowRegister,
                  BRAID_ARGS(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags), {
                    BRAID_CHECK(api::checkNotNull(buff, "buff"));

@@ -135,6 +135,7 @@ Status Communicator::initialize(const std::vector<bootstrap::UniqueIdData>& ids)
   LogRankScope scope(rank_);
   BRAID_CHECK(selectBackend(&backend_));
   if (backend_ == Backend::Host) device_ = -1;
+  buffers_ = std::make_unique<BufferRegistry>(device_);
   commHash_ = fnv1a(ids[0].secret.data(), ids[0].secret.size());
 
   bootstrap::BootstrapOptions options;

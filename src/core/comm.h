@@ -30,12 +30,13 @@
 #include "core/connectors.h"
 #include "core/gpu_engine.h"
 #include "core/library.h"
+#include "core/memory.h"
 #include "core/redops.h"
 #include "exec/host/executor.h"
 #include "exec/host/host_prims.h"
+#include "nccl.h"
 #include "topology/search.h"
 #include "transports/shm/shm_transport.h"
-#include "nccl.h"
 #include "util/status.h"
 
 namespace braid {
@@ -102,6 +103,9 @@ class Communicator : public StallListener {
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }
   const std::atomic<bool>& abortFlag() const { return abort_; }
+
+  // Buffers registered with ncclCommRegister (made at init).
+  BufferRegistry& buffers() { return *buffers_; }
 
   // This communicator's last error text (ncclGetLastError(comm)).
   void recordError(const std::string& text);
@@ -172,6 +176,7 @@ class Communicator : public StallListener {
   std::vector<PeerInfo> peers_;
   int nnodes_ = 1, localRanks_ = 1;
   std::unique_ptr<ConnectorFactory> connectors_;
+  std::unique_ptr<BufferRegistry> buffers_;
   std::unique_ptr<ChannelSet> channels_;
   Schedule schedule_, topoSchedule_;
   void searchLocalTopology();

@@ -58,4 +58,49 @@ Status memFree(void* ptr) {
   return okStatus();
 }
 
+Status BufferRegistry::add(void* buff, size_t size, void** handle) {
+  *handle = nullptr;
+  if (gpu_ >= 0) {
+    int device = -1;
+    BRAID_CHECK(gpuPointerDevice(buff, &device));
+    if (device < 0) {
+      return invalidArgument("argument 'buff' (", buff,
+                             ") is not GPU memory; a GPU communicator registers memory of its GPU (", gpu_,
+                             ")");
+    }
+    if (device != gpu_) {
+      return invalidArgument("argument 'buff' (", buff, ") is memory of GPU ", device,
+                             "; this communicator runs on GPU ", gpu_);
+    }
+  }
+  auto e = std::make_unique<Entry>(Entry{buff, size});
+  void* h = e.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_[h] = std::move(e);
+  }
+  BRAID_INFO(kLogAlloc, "ncclCommRegister %p (%zu bytes): handle %p", buff, size, h);
+  *handle = h;
+  return okStatus();
+}
+
+Status BufferRegistry::remove(void* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) {
+    return invalidArgument("argument 'handle' (", handle,
+                           ") was not returned by ncclCommRegister on this communicator, or was deregistered "
+                           "already");
+  }
+  BRAID_INFO(kLogAlloc, "ncclCommDeregister %p (%zu bytes at %p)", handle, it->second->size,
+             it->second->base);
+  entries_.erase(it);
+  return okStatus();
+}
+
+size_t BufferRegistry::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
 }  // namespace braid

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "util/status.h"
 
@@ -13,5 +16,32 @@ namespace braid {
 Status memAlloc(void** ptr, size_t bytes);
 // Frees memory from memAlloc; anything else is ncclInvalidArgument.
 Status memFree(void* ptr);
+
+// The buffers registered with one communicator (ncclCommRegister /
+// ncclCommDeregister). A GPU communicator accepts memory of its own GPU
+// only; a host communicator any host memory. Handles are checked before
+// use: a foreign, stale or twice-deregistered handle is an error, never a
+// crash. Registrations left at destroy are released. Thread-safe.
+//
+// Registration is a promise about a buffer's lifetime, as in NCCL; the
+// kernels do not read it yet (no zero-copy path is built: collectives on a
+// registered buffer run as on any other).
+class BufferRegistry {
+ public:
+  // `gpu`: the communicator's GPU, or -1 for a host communicator.
+  explicit BufferRegistry(int gpu) : gpu_(gpu) {}
+  Status add(void* buff, size_t size, void** handle);
+  Status remove(void* handle);
+  size_t count() const;
+
+ private:
+  struct Entry {
+    const void* base;
+    size_t size;
+  };
+  int gpu_;
+  mutable std::mutex mu_;
+  std::map<const void*, std::unique_ptr<Entry>> entries_;  // by handle
+};
 
 }  // namespace braid

@@ -87,6 +87,29 @@ Status gpuFree(void* ptr) {
   return okStatus();
 }
 
+namespace {
+// The memory type of pointer attributes: `type` in CUDA and ROCm 6+,
+// `memoryType` in ROCm 5.
+template <typename A>
+auto memoryTypeOf(const A& a, int) -> decltype(a.type) {
+  return a.type;
+}
+template <typename A>
+auto memoryTypeOf(const A& a, long) -> decltype(a.memoryType) {
+  return a.memoryType;
+}
+}  // namespace
+
+Status gpuPointerDevice(const void* ptr, int* device) {
+  *device = -1;
+  hipPointerAttribute_t a;
+  hipError_t err = hipPointerGetAttributes(&a, ptr);
+  const bool onDevice = err == hipSuccess && memoryTypeOf(a, 0) == hipMemoryTypeDevice;
+  if (err != hipSuccess) (void)hipGetLastError();  // an unknown pointer: not device memory
+  if (onDevice) *device = a.device;
+  return okStatus();
+}
+
 #else  // host flavor
 
 const char* gpuFlavorName() { return "none"; }
@@ -107,6 +130,10 @@ Status gpuMalloc(void** ptr, size_t bytes) {
 }
 Status gpuFree(void* ptr) {
   return invalidUsage("cannot free GPU memory: this is a host-only build of Braid");
+}
+Status gpuPointerDevice(const void*, int* device) {
+  *device = -1;
+  return okStatus();
 }
 
 #endif

@@ -35,4 +35,7 @@ namespace braid {
 // Device memory on the current GPU (cuda/hip flavors; an error in the host flavor).
 Status gpuMalloc(void** ptr, size_t bytes);
 Status gpuFree(void* ptr);
+// The GPU whose device memory holds `ptr`, or -1 for any other memory (host,
+// pinned host, unknown pointers; always -1 in the host flavor).
+Status gpuPointerDevice(const void* ptr, int* device);
 }  // namespace braid

@@ -91,6 +91,8 @@ inline hipError_t hipGraphExecDestroy(hipGraphExec_t e) {
 inline hipError_t hipGraphDestroy(hipGraph_t g) {
   return cudaGraphDestroy(g);
 }
+using hipPointerAttribute_t = cudaPointerAttributes;
+#define hipMemoryTypeDevice cudaMemoryTypeDevice
 inline hipError_t hipPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   return cudaPointerGetAttributes(a, p);
 }

@@ -146,11 +146,11 @@ TEST(Api, BadInputTable) {
 TEST(Api, FeaturesNotBuiltSaySo) {
   ASSERT_NE(liveComm(), nullptr);
   float buf[4];
-  void* handle = nullptr;
-  EXPECT_EQ(ncclCommRegister(liveComm(), buf, sizeof(buf), &handle), ncclInvalidUsage);
+  ncclWindow_t win = nullptr;
+  EXPECT_EQ(ncclCommWindowRegister(liveComm(), buf, sizeof(buf), &win, NCCL_WIN_DEFAULT), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
   // The communicator keeps its own last error too.
-  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclCommRegister"), std::string::npos);
+  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclCommWindowRegister"), std::string::npos);
 
   // The device API: PyTorch links it, Braid refuses it with a reason.
   char reqs[64] = {}, devComm[256] = {};
@@ -160,6 +160,33 @@ TEST(Api, FeaturesNotBuiltSaySo) {
   EXPECT_EQ(ncclDevCommCreate(nullptr, reqs, devComm), ncclInvalidArgument);
   EXPECT_EQ(ncclDevCommDestroy(liveComm(), devComm), ncclInvalidUsage);
   EXPECT_EQ(ncclDevCommDestroy(liveComm(), nullptr), ncclInvalidArgument);
+}
+
+// ncclCommRegister on a host communicator: handles are checked, a foreign,
+// stale or twice-deregistered one is an error naming the argument, and a
+// collective on a registered buffer runs as on any other.
+TEST(Api, RegisterAndDeregisterBuffers) {
+  ASSERT_NE(liveComm(), nullptr);
+  float in[8], out[8];
+  for (int i = 0; i < 8; ++i) in[i] = static_cast<float>(i);
+  void* hin = nullptr;
+  void* hout = nullptr;
+  ASSERT_EQ(ncclCommRegister(liveComm(), in, sizeof(in), &hin), ncclSuccess);
+  ASSERT_EQ(ncclCommRegister(liveComm(), out, sizeof(out), &hout), ncclSuccess);
+  EXPECT_NE(hin, nullptr);
+  EXPECT_NE(hin, hout);
+  ASSERT_EQ(ncclAllReduce(in, out, 8, ncclFloat, ncclSum, liveComm(), nullptr), ncclSuccess);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], static_cast<float>(i));  // one rank
+  EXPECT_EQ(ncclCommDeregister(liveComm(), hin), ncclSuccess);
+  EXPECT_EQ(ncclCommDeregister(liveComm(), hin), ncclInvalidArgument);  // twice
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("'handle'"), std::string::npos);
+  int notAHandle = 0;
+  EXPECT_EQ(ncclCommDeregister(liveComm(), &notAHandle), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommDeregister(liveComm(), nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommRegister(liveComm(), nullptr, 16, &hin), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommRegister(liveComm(), in, 16, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommRegister(nullptr, in, 16, &hin), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommDeregister(liveComm(), hout), ncclSuccess);
 }
 
 TEST(Api, PreMulSumOperators) {
