@@ -1,5 +1,6 @@
 #include "core/comm.h"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -244,6 +245,14 @@ Status Communicator::exchangePeerInfo() {
     GpuInfo gpu;
     BRAID_CHECK(gpuDeviceInfo(device_, &gpu));
     std::strncpy(me.busId, gpu.busId.c_str(), sizeof(me.busId) - 1);
+    const int g = searchLocalTopology(gpu.busId);
+    if (g >= 0 && topoSchedule_.nodes == 1) {
+      me.nRingPos = std::min(topoSchedule_.nChannels(), kMaxChannels);
+      for (int c = 0; c < me.nRingPos; ++c) {
+        const std::vector<int>& ring = topoSchedule_.rings[static_cast<size_t>(c)];
+        me.ringPos[c] = static_cast<int16_t>(std::find(ring.begin(), ring.end(), g) - ring.begin());
+      }
+    }
   } else {
     me.numaNode = affinityNumaNode();
   }
@@ -271,26 +280,45 @@ Status Communicator::exchangePeerInfo() {
                                                    bootstrapTimeoutSeconds());
   BRAID_CHECK(connectors_->init());
   // Host ranks of one node chain by NUMA node, so a ring crosses the socket
-  // interconnect once each way however the launcher bound them.
+  // interconnect once each way however the launcher bound them; GPU ranks in
+  // the order of the topology's rings (fastest links, spread over channels).
   std::vector<std::vector<int>> keys(static_cast<size_t>(nranks_));
-  for (int r = 0; r < nranks_; ++r) keys[static_cast<size_t>(r)] = {peers_[static_cast<size_t>(r)].numaNode};
-  schedule_ = commSchedule(nodeOf, keys, std::min(hostChannels(), kMaxChannels));
-  if (backend_ == Backend::Gpu) searchLocalTopology();
+  int nch = std::min(hostChannels(), kMaxChannels);
+  if (backend_ == Backend::Gpu) {
+    nch = 1;
+    for (int r = 0; r < nranks_; ++r) {
+      const PeerInfo& p = peers_[static_cast<size_t>(r)];
+      keys[static_cast<size_t>(r)].assign(p.ringPos, p.ringPos + std::clamp(p.nRingPos, 0, kMaxChannels));
+      nch = std::max(nch, static_cast<int>(keys[static_cast<size_t>(r)].size()));
+    }
+  } else {
+    for (int r = 0; r < nranks_; ++r)
+      keys[static_cast<size_t>(r)] = {peers_[static_cast<size_t>(r)].numaNode};
+  }
+  schedule_ = commSchedule(nodeOf, keys, nch);
   channels_ = std::make_unique<ChannelSet>(bootstrap_.get(), schedule_, connectors_.get(), p2pSlotBytes());
   logSchedule();
   return okStatus();
 }
 
-void Communicator::searchLocalTopology() {
-  // What the topology search would run inside this node (GPU backend);
-  // also honours NCCL_TOPO_FILE and writes NCCL_TOPO_DUMP_FILE.
+int Communicator::searchLocalTopology(const std::string& busId) {
+  // The topology search inside this node (GPU backend); also honours
+  // NCCL_TOPO_FILE and writes NCCL_TOPO_DUMP_FILE.
   TopoSystem sys;
   std::vector<std::string> notes;
   SearchOptions opt;
   opt.ringsOverride = ringsOverride();
   Status s = localTopology(&sys, &notes);
   if (s.ok() && sys.nGpus() > 0) s = searchSchedule(sys, opt, &topoSchedule_);
-  if (!s.ok()) BRAID_INFO(kLogGraph, "topology search skipped: %s", s.message().c_str());
+  if (!s.ok()) {
+    BRAID_INFO(kLogGraph, "topology search skipped: %s", s.message().c_str());
+    return -1;
+  }
+  for (int g = 0; g < sys.nGpus(); ++g) {
+    if (strcasecmp(sys.gpu(g).busId.c_str(), busId.c_str()) == 0) return g;
+  }
+  BRAID_INFO(kLogGraph, "GPU %s is not in the topology: its ranks chain in rank order", busId.c_str());
+  return -1;
 }
 
 void Communicator::logSchedule() const {
@@ -303,8 +331,7 @@ void Communicator::logSchedule() const {
   if (topoSchedule_.nChannels() == 0) return;
   for (const std::string& line : scheduleLogLines(topoSchedule_, {})) {
     if (line.rfind("Channel", 0) == 0 && rank_ == 0) {
-      BRAID_INFO(kLogGraph, "topology (%s; bandwidth to the selector, GPU rings in rank order) %s",
-                 topoSchedule_.pattern.c_str(),
+      BRAID_INFO(kLogGraph, "topology (%s; GPU rings follow it) %s", topoSchedule_.pattern.c_str(),
                  line.c_str());
     }
   }

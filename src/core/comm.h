@@ -52,6 +52,11 @@ struct PeerInfo {
   char hostId[96] = {};       // hostname + boot id, or BRAID_HOSTID
   char busId[32] = {};        // PCI bus id of the GPU, "" on the host backend
   int32_t numaNode = -1;      // host backend: the NUMA node the rank's CPUs are on (-1: several, unknown)
+  // GPU backend: the position of the rank's GPU in each ring the topology
+  // search found inside its node (nRingPos of them; 0 when the GPU is not in
+  // the topology). Ranks of a node chain in this order.
+  int32_t nRingPos = 0;
+  int16_t ringPos[kMaxChannels] = {};
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -115,12 +120,14 @@ class Communicator : public StallListener {
   // collective that needs them, which every rank calls.
   Status ensureChannels(Algo algo, int n);
   ChannelSet& channels() { return *channels_; }
-  // The rings and trees the host channels follow (logged at init, NCCL's
-  // format): each node's ranks contiguous, chained by NUMA node.
+  // The rings and trees the channels follow (logged at init, NCCL's
+  // format): each node's ranks contiguous, chained by NUMA node (host
+  // backend) or in the order of the topology search's rings inside the node
+  // (GPU backend).
   const Schedule& schedule() const { return schedule_; }
   // GPU backend: the topology search's schedule for this node (empty on the
-  // host backend). The selector reads its expected bandwidth; the GPU
-  // engine's rings still run in rank order (gpu_engine.h).
+  // host backend), over the node's GPUs. The selector reads its expected
+  // bandwidth; schedule() follows its rings.
   const Schedule& topologySchedule() const { return topoSchedule_; }
   HostExecutor& executor() { return executor_; }
   RedOpTable& redOps() { return redOps_; }
@@ -179,7 +186,9 @@ class Communicator : public StallListener {
   std::unique_ptr<BufferRegistry> buffers_;
   std::unique_ptr<ChannelSet> channels_;
   Schedule schedule_, topoSchedule_;
-  void searchLocalTopology();
+  // Runs the search inside this node; returns the index of the GPU with bus
+  // id `busId` in its topology, -1 if absent.
+  int searchLocalTopology(const std::string& busId);
   void logSchedule() const;
   HostExecutor executor_;
   RedOpTable redOps_;

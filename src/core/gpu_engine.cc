@@ -166,6 +166,7 @@ class GpuEngineImpl final : public GpuEngine {
   std::map<int, std::unique_ptr<DevEnd>> peerSendEnds_, peerRecvEnds_;
   DevConn* devPeerSend_ = nullptr;
   DevConn* devPeerRecv_ = nullptr;
+  std::vector<void*> ringTables_;  // device arrays behind DevChannel::ringRankAt / ringPosOf
   void* staging_ = nullptr;  // in-place all-to-all
   size_t stagingBytes_ = 0;
   // Outgrown staging buffers: launches in flight or captured graphs may
@@ -312,6 +313,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   if (devPeerRecv_ != nullptr) (void)hipFree(devPeerRecv_);
   if (staging_ != nullptr) (void)hipFree(staging_);
   for (void* p : retiredStaging_) (void)hipFree(p);
+  for (void* p : ringTables_) (void)hipFree(p);
   if (setup_ != nullptr) (void)hipStreamDestroy(setup_);
   if (abortFlag_ != nullptr) (void)hipHostFree(abortFlag_);
 }
@@ -329,23 +331,47 @@ Status GpuEngineImpl::uploadChannels() {
 Status GpuEngineImpl::ensureRing(int n) {
   if (n <= ringConnected_) return okStatus();
   const int rank = comm_->rank(), nr = comm_->nranks();
-  const int next = (rank + 1) % nr, prev = (rank - 1 + nr) % nr;
+  // Channel c follows ring c of the communicator's schedule (cycling when
+  // there are more channels than rings): each node's ranks in the order of
+  // the topology's rings, the nodes in turn.
+  const Schedule& sched = comm_->schedule();
+  auto ringOf = [&](int c) -> const std::vector<int>& {
+    return sched.rings[static_cast<size_t>(c % sched.nChannels())];
+  };
   while (static_cast<int>(channels_.size()) < n) channels_.push_back(std::make_unique<ChannelEnds>());
   std::vector<EndRequest> reqs;
   for (int c = ringConnected_; c < n; ++c) {
-    reqs.push_back({prev, false, ringTag(c), &channels_[static_cast<size_t>(c)]->ringRecv});
-    reqs.push_back({next, true, ringTag(c), &channels_[static_cast<size_t>(c)]->ringSend});
+    const std::vector<int>& ring = ringOf(c);
+    const int p = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+    if (p == nr) return internalError("rank ", rank, " is missing from ring ", c % sched.nChannels());
+    DevChannel& d = hostChannels_[static_cast<size_t>(c)];
+    d.ringNext = ring[static_cast<size_t>((p + 1) % nr)];
+    d.ringPrev = ring[static_cast<size_t>((p - 1 + nr) % nr)];
+    d.ringPos = p;
+    reqs.push_back({d.ringPrev, false, ringTag(c), &channels_[static_cast<size_t>(c)]->ringRecv});
+    reqs.push_back({d.ringNext, true, ringTag(c), &channels_[static_cast<size_t>(c)]->ringSend});
   }
   BRAID_CHECK(connect(ringSlotBytes(), reqs));
   for (int c = ringConnected_; c < n; ++c) {
     DevChannel& d = hostChannels_[static_cast<size_t>(c)];
     d.ringSend = channels_[static_cast<size_t>(c)]->ringSend.conn;
     d.ringRecv = channels_[static_cast<size_t>(c)]->ringRecv.conn;
-    d.ringNext = next;
-    d.ringPrev = prev;
+    // The ring's rank at each position and position of each rank, for the kernel.
+    const std::vector<int>& ring = ringOf(c);
+    std::vector<int32_t> table(2 * static_cast<size_t>(nr));
+    for (int q = 0; q < nr; ++q) {
+      table[static_cast<size_t>(q)] = ring[static_cast<size_t>(q)];
+      table[static_cast<size_t>(nr + ring[static_cast<size_t>(q)])] = q;
+    }
+    void* t = nullptr;
+    BRAID_CHECK(gpuCheck(hipMalloc(&t, table.size() * sizeof(int32_t)), "allocating a ring table"));
+    ringTables_.push_back(t);
+    BRAID_CHECK(upload(t, table.data(), table.size() * sizeof(int32_t), "uploading a ring table"));
+    d.ringRankAt = static_cast<const int32_t*>(t);
+    d.ringPosOf = static_cast<const int32_t*>(t) + nr;
+    BRAID_INFO(kLogP2p, "GPU %d: ring channel %d connected, %d -> %d -> %d (position %d), %zu-byte steps",
+               device_, c, d.ringPrev, rank, d.ringNext, d.ringPos, ringSlotBytes());
   }
-  BRAID_INFO(kLogP2p, "GPU %d: ring channels %d..%d connected, %d -> %d -> %d, %zu-byte steps", device_,
-             ringConnected_, n - 1, prev, rank, next, ringSlotBytes());
   ringConnected_ = n;
   return uploadChannels();
 }

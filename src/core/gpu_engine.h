@@ -3,11 +3,12 @@
 // (DESIGN.md §3 step 3, GPU side).
 //
 // Connectors are set up on first use, as on the host: ring channel c links
-// rank -> rank+1, tree channels link tree neighbours (tree c % 2 of the
-// double binary tree), peer channels link two ranks directly (the one-shot
-// all-reduce and point-to-point). Ring and tree connections are collective
-// (every rank reaches them in the same call); a peer connection involves
-// only its two ranks, which reach it in matching sends and receives.
+// neighbours of ring c of the communicator's schedule (the topology's order),
+// tree channels link tree neighbours (tree c % 2 of the double binary tree),
+// peer channels link two ranks directly (the one-shot all-reduce and
+// point-to-point). Peers on other hosts are reached through the net proxy. Ring and tree connections are
+// collective (every rank reaches them in the same call); a peer connection involves only its two ranks, which
+// reach it in matching sends and receives.
 //
 // Every launch is asynchronous on the caller's stream. Kernels watch an
 // abort flag in host-mapped memory (raised by ncclCommAbort) and report a

@@ -33,6 +33,7 @@
 
 #include "braid.h"
 #include "coll_sweep.h"
+#include "core/comm.h"
 #include "gpu_sweep_memory.h"
 #include "harness.h"
 #include "platform/gpu.h"
@@ -605,6 +606,8 @@ struct MultiHostCase {
   const char* name;
   std::vector<std::string> env;
   bool p2p = false;
+  const char* net = "Socket";  // the Net every rank must use to the other host
+  bool cyclic = false;         // rank r on host r % 2 (mpirun --map-by node), else r / 2
 };
 void PrintTo(const MultiHostCase& c, std::ostream* os) {
   *os << c.name;
@@ -615,16 +618,27 @@ class GpuMultiHost : public ::testing::TestWithParam<MultiHostCase> {};
 TEST_P(GpuMultiHost, SweepAcrossTwoHostIds) {
   BRAID_NEED_A_GPU(one);
   const GpuRanks g{4, std::min(one.gpus, 4)};
-  std::vector<std::string> env = GetParam().env;
-  env.insert(env.end(), {"NCCL_SOCKET_IFNAME=lo", "NCCL_NET=Socket"});
-  GpuWork work = sweepWork(SweepCounts::kQuick);
-  if (GetParam().p2p) {
-    work = [](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
-      return p2pSweep(comm, rank, nranks, memory);
-    };
-  }
+  std::vector<std::string> env = {"NCCL_SOCKET_IFNAME=lo", "NCCL_NET=Socket"};  // the case may override
+  env.insert(env.end(), GetParam().env.begin(), GetParam().env.end());
+  const MultiHostCase c = GetParam();
+  GpuWork work = [c](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
+    // The rank of the other host in this rank's position (a silent fallback
+    // to another Net must not pass).
+    const int far = (rank + (c.cyclic ? 1 : 2)) % nranks;
+    auto* internal = static_cast<Communicator*>(comm);
+    const std::string net = internal->connectors().transportName(far);
+    if (net != c.net) return strCat("rank ", far, " is reached through ", net, ", not ", c.net);
+    // Rings keep each host's ranks together: round-robin placement gives
+    // the ring 0 2 1 3, which the kernels must run by ring position.
+    const std::vector<int> want = c.cyclic ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{0, 1, 2, 3};
+    for (const std::vector<int>& ring : internal->schedule().rings) {
+      if (ring != want) return strCat("a ring of the schedule is ", ringText(ring), ", not ", ringText(want));
+    }
+    return c.p2p ? p2pSweep(comm, rank, nranks, memory)
+                 : collSweep(comm, rank, nranks, SweepCounts::kQuick, memory);
+  };
   EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, env, kFullTimeoutSec, work,
-                      [](int rank) { return strCat("gpuhost", rank / 2); }),
+                      [c](int rank) { return strCat("gpuhost", c.cyclic ? rank % 2 : rank / 2); }),
             "");
 }
 INSTANTIATE_TEST_SUITE_P(
@@ -633,7 +647,18 @@ INSTANTIATE_TEST_SUITE_P(
                       MultiHostCase{"RingLL", {"NCCL_ALGO=Ring", "NCCL_PROTO=LL"}},
                       MultiHostCase{"TreeSimple", {"NCCL_ALGO=Tree", "NCCL_PROTO=Simple"}},
                       MultiHostCase{"SmallBuffers", {"BRAID_BUFFSIZE=64K", "NCCL_ALGO=Ring"}},
-                      MultiHostCase{"PointToPoint", {}, true}),
+                      MultiHostCase{"PointToPoint", {}, true},
+                      MultiHostCase{"CyclicRing", {"NCCL_ALGO=Ring"}, false, "Socket", true}
+#if defined(BRAID_SOFTVERBS_LIB)
+                      ,
+                      // The verbs Net on the software verbs device (tests/softverbs).
+                      MultiHostCase{"IbSoftVerbs",
+                                    {"NCCL_NET=IB", "BRAID_IB_VERBS_TABLE=" BRAID_SOFTVERBS_LIB,
+                                     "BRAID_SOFTVERBS_IFNAME=lo"},
+                                    false,
+                                    "IB"}
+#endif
+                      ),
     [](const ::testing::TestParamInfo<MultiHostCase>& p) { return std::string(p.param.name); });
 
 // Rank 1 (the other host) dies abruptly after a first all-reduce; rank 0's

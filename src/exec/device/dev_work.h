@@ -24,6 +24,12 @@ struct DevChannel {
   int32_t nTreeChildren = 0;
   int32_t treeChild[kDevTreeChildren] = {-1, -1, -1};
   int32_t ringPrev = -1, ringNext = -1;
+  // The ring's order (the schedule's, not rank order): this rank's position,
+  // the rank at each position and each rank's position (device arrays of
+  // nranks entries).
+  int32_t ringPos = 0;
+  const int32_t* ringRankAt = nullptr;
+  const int32_t* ringPosOf = nullptr;
 };
 
 // How a kernel ended, in host-mapped memory the host polls
