@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -73,34 +74,28 @@ Status BufferRegistry::add(void* buff, size_t size, void** handle) {
                              "; this communicator runs on GPU ", gpu_);
     }
   }
-  auto e = std::make_unique<Entry>(Entry{buff, size});
-  void* h = e.get();
+  static std::atomic<uintptr_t> lastId{0};
+  const uintptr_t id = ++lastId;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_[h] = std::move(e);
+    entries_[id] = Entry{buff, size};
   }
-  BRAID_INFO(kLogAlloc, "ncclCommRegister %p (%zu bytes): handle %p", buff, size, h);
-  *handle = h;
+  *handle = reinterpret_cast<void*>(id);
+  BRAID_INFO(kLogAlloc, "ncclCommRegister %p (%zu bytes): handle %p", buff, size, *handle);
   return okStatus();
 }
 
 Status BufferRegistry::remove(void* handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(handle);
+  auto it = entries_.find(reinterpret_cast<uintptr_t>(handle));
   if (it == entries_.end()) {
     return invalidArgument("argument 'handle' (", handle,
                            ") was not returned by ncclCommRegister on this communicator, or was deregistered "
                            "already");
   }
-  BRAID_INFO(kLogAlloc, "ncclCommDeregister %p (%zu bytes at %p)", handle, it->second->size,
-             it->second->base);
+  BRAID_INFO(kLogAlloc, "ncclCommDeregister %p (%zu bytes at %p)", handle, it->second.size, it->second.base);
   entries_.erase(it);
   return okStatus();
-}
-
-size_t BufferRegistry::count() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return entries_.size();
 }
 
 }  // namespace braid

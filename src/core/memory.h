@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
-#include <memory>
 #include <mutex>
 
 #include "util/status.h"
@@ -32,7 +32,6 @@ class BufferRegistry {
   explicit BufferRegistry(int gpu) : gpu_(gpu) {}
   Status add(void* buff, size_t size, void** handle);
   Status remove(void* handle);
-  size_t count() const;
 
  private:
   struct Entry {
@@ -40,8 +39,10 @@ class BufferRegistry {
     size_t size;
   };
   int gpu_;
-  mutable std::mutex mu_;
-  std::map<const void*, std::unique_ptr<Entry>> entries_;  // by handle
+  std::mutex mu_;
+  // By handle: a number never reused in the process, so a stale handle or
+  // another communicator's never matches a live registration.
+  std::map<uintptr_t, Entry> entries_;
 };
 
 }  // namespace braid
