@@ -45,10 +45,30 @@ struct NetProxy::Conn {
     if (stage.empty()) return dev ? block.simple(s) : reinterpret_cast<char*>(c.header(s));
     return reinterpret_cast<char*>(stage.data()) + (s % kConnectorSteps) * landingBytes;
   }
-  // Steps the local sender published.
-  uint64_t sendTail() const {
+  // The counters, wherever the connector keeps them. Send side: tail (steps
+  // the local sender published), head (slots the proxy gave back). Receive
+  // side: head (slots the local receiver freed), tail (steps delivered).
+  uint64_t tail() const {
     return dev ? __atomic_load_n(block.tail(), __ATOMIC_ACQUIRE)
                : c.counters->tail.load(std::memory_order_acquire);
+  }
+  uint64_t head() const {
+    return dev ? __atomic_load_n(block.head(), __ATOMIC_ACQUIRE)
+               : c.counters->head.load(std::memory_order_acquire);
+  }
+  void publishTail(uint64_t v) {
+    if (dev) {
+      __atomic_store_n(block.tail(), v, __ATOMIC_RELEASE);
+    } else {
+      c.counters->tail.store(v, std::memory_order_release);
+    }
+  }
+  void publishHead(uint64_t v) {
+    if (dev) {
+      __atomic_store_n(block.head(), v, __ATOMIC_RELEASE);
+    } else {
+      c.counters->head.store(v, std::memory_order_release);
+    }
   }
 };
 
@@ -150,7 +170,7 @@ void NetProxy::remove(uint64_t id) {
     auto it = im.conns.find(id);
     if (it == im.conns.end()) return true;
     Conn* c = it->second.get();
-    const uint64_t tail = c->isSend ? c->sendTail() : 0;
+    const uint64_t tail = c->isSend ? c->tail() : 0;
     if (!c->isSend || c->failed || c->done == tail) return true;
     const auto now = std::chrono::steady_clock::now();
     if (c->done != lastDone) lastDone = c->done, lastMove = now;
@@ -202,35 +222,16 @@ void NetProxy::fail(Conn* c, Status s) {
 
 bool NetProxy::progressSend(Conn* c) {
   bool moved = false;
-  Connector& k = c->c;
-  const uint64_t tail = k.counters->tail.load(std::memory_order_acquire);
+  const uint64_t tail = c->tail();
   while (c->posted < tail && c->posted - c->done < kConnectorSteps) {
     const uint64_t s = c->posted;
-    std::atomic<uint64_t>* units = k.llUnits(s);
-    const uint64_t u0 = units[0].load(std::memory_order_acquire);
-    const void* data;
-    size_t size;
-    uint32_t tag;
-    if ((u0 >> 32) == ((s + 1) & 0xffffffffu)) {  // an LL step: send the units it used
-      data = units;
-      size = llMessageBytes(u0);
-      tag = kTagLL;
-      if (size > kLLSlotBytes) {
-        fail(c, internalError("LL step ", s, " claims ", u0 & 0xffffffffu, " bytes, more than a slot holds"));
-        return moved;
-      }
-    } else {
-      const SlotHeader* h = k.header(s);
-      if (h->step != s || h->bytes > k.slotBytes) {
-        fail(c, internalError("slot of step ", s, " holds step ", h->step, " (", h->bytes, " bytes)"));
-        return moved;
-      }
-      data = h;
-      size = sizeof(SlotHeader) + h->bytes;
-      tag = kTagSimple;
-    }
+    const void* data = nullptr;
+    size_t size = 0;
+    uint32_t tag = 0;
+    Status st = c->dev ? devStepToSend(c, s, &data, &size, &tag) : stepToSend(c, s, &data, &size, &tag);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
     NetRequest* r = nullptr;
-    Status st = net_->isend(c->send, data, size, tag, nullptr, &r);
+    st = net_->isend(c->send, data, size, tag, nullptr, &r);
     if (!st.ok()) return fail(c, std::move(st)), moved;
     if (r == nullptr) break;
     c->reqs[s % kConnectorSteps] = r;
@@ -243,7 +244,7 @@ bool NetProxy::progressSend(Conn* c) {
     if (!st.ok()) return fail(c, std::move(st)), moved;
     if (!done) break;
     // The bytes left the slot: the local sender may reuse it.
-    k.counters->head.store(++c->done, std::memory_order_release);
+    c->publishHead(++c->done);
     moved = true;
   }
   return moved;
@@ -251,8 +252,7 @@ bool NetProxy::progressSend(Conn* c) {
 
 bool NetProxy::progressRecv(Conn* c) {
   bool moved = false;
-  Connector& k = c->c;
-  const uint64_t head = k.counters->head.load(std::memory_order_acquire);
+  const uint64_t head = c->head();
   while (c->posted < head + kConnectorSteps && c->posted - c->done < kConnectorSteps) {
     NetRequest* r = nullptr;
     Status st = net_->irecv(c->recv, c->landing(c->posted), c->landingBytes, nullptr, &r);
@@ -270,45 +270,74 @@ bool NetProxy::progressRecv(Conn* c) {
     Status st = net_->test(c->reqs[s % kConnectorSteps], &done, &size, &tag);
     if (!st.ok()) return fail(c, std::move(st)), moved;
     if (!done) break;
-    const char* src = c->landing(s);
     if (tag == kNetClosedTag) {  // the peer destroyed its communicator: stop serving
       BRAID_INFO(kLogProxy, "proxy: %s closed its net connection", c->peer.description.c_str());
       c->failed = true;
       return moved;
     }
-    if (tag == kTagLL) {
-      uint64_t u0 = 0;
-      if (size >= 8) std::memcpy(&u0, src, 8);
-      if (size < 8 || size > kLLSlotBytes || (u0 >> 32) != ((s + 1) & 0xffffffffu) ||
-          llMessageBytes(u0) != size) {
-        fail(c, remoteError("a malformed LL step ", s, " arrived (", size, " bytes)"));
-        return moved;
-      }
-      // Data units first, the header unit last (release), as a local sender would.
-      std::atomic<uint64_t>* units = k.llUnits(s);
-      for (size_t u = 1; u < size / 8; ++u) {
-        uint64_t v;
-        std::memcpy(&v, src + 8 * u, 8);
-        units[u].store(v, std::memory_order_relaxed);
-      }
-      units[0].store(u0, std::memory_order_release);
-    } else {
-      if (tag != kTagSimple || size < sizeof(SlotHeader) || size > sizeof(SlotHeader) + k.slotBytes) {
-        fail(c, remoteError("a malformed step ", s, " arrived (tag ", tag, ", ", size, " bytes)"));
-        return moved;
-      }
-      if (src != reinterpret_cast<char*>(k.header(s))) std::memcpy(k.header(s), src, size);
-      const SlotHeader* h = k.header(s);
-      if (h->step != s || sizeof(SlotHeader) + h->bytes != size) {
-        fail(c, remoteError("step ", s, " arrived holding step ", h->step, " and ", h->bytes, " bytes in a ",
-                            size, "-byte message"));
-        return moved;
-      }
-    }
-    k.counters->tail.store(++c->done, std::memory_order_release);
+    st =
+        c->dev ? deliverDevStep(c, s, c->landing(s), size, tag) : deliverStep(c, s, c->landing(s), size, tag);
+    if (!st.ok()) return fail(c, std::move(st)), moved;
+    c->publishTail(++c->done);
     moved = true;
   }
   return moved;
+}
+
+// ---- host connectors -----------------------------------------------------------
+
+Status NetProxy::stepToSend(Conn* c, uint64_t s, const void** data, size_t* size, uint32_t* tag) {
+  Connector& k = c->c;
+  std::atomic<uint64_t>* units = k.llUnits(s);
+  const uint64_t u0 = units[0].load(std::memory_order_acquire);
+  if ((u0 >> 32) == ((s + 1) & 0xffffffffu)) {  // an LL step: send the units it used
+    *data = units;
+    *size = llMessageBytes(u0);
+    *tag = kTagLL;
+    if (*size > kLLSlotBytes) {
+      return internalError("LL step ", s, " claims ", u0 & 0xffffffffu, " bytes, more than a slot holds");
+    }
+    return okStatus();
+  }
+  const SlotHeader* h = k.header(s);
+  if (h->step != s || h->bytes > k.slotBytes) {
+    return internalError("slot of step ", s, " holds step ", h->step, " (", h->bytes, " bytes)");
+  }
+  *data = h;
+  *size = sizeof(SlotHeader) + h->bytes;
+  *tag = kTagSimple;
+  return okStatus();
+}
+
+Status NetProxy::deliverStep(Conn* c, uint64_t s, const char* src, size_t size, uint32_t tag) {
+  Connector& k = c->c;
+  if (tag == kTagLL) {
+    uint64_t u0 = 0;
+    if (size >= 8) std::memcpy(&u0, src, 8);
+    if (size < 8 || size > kLLSlotBytes || (u0 >> 32) != ((s + 1) & 0xffffffffu) ||
+        llMessageBytes(u0) != size) {
+      return remoteError("a malformed LL step ", s, " arrived (", size, " bytes)");
+    }
+    // Data units first, the header unit last (release), as a local sender would.
+    std::atomic<uint64_t>* units = k.llUnits(s);
+    for (size_t u = 1; u < size / 8; ++u) {
+      uint64_t v;
+      std::memcpy(&v, src + 8 * u, 8);
+      units[u].store(v, std::memory_order_relaxed);
+    }
+    units[0].store(u0, std::memory_order_release);
+    return okStatus();
+  }
+  if (tag != kTagSimple || size < sizeof(SlotHeader) || size > sizeof(SlotHeader) + k.slotBytes) {
+    return remoteError("a malformed step ", s, " arrived (tag ", tag, ", ", size, " bytes)");
+  }
+  if (src != reinterpret_cast<char*>(k.header(s))) std::memcpy(k.header(s), src, size);
+  const SlotHeader* h = k.header(s);
+  if (h->step != s || sizeof(SlotHeader) + h->bytes != size) {
+    return remoteError("step ", s, " arrived holding step ", h->step, " and ", h->bytes, " bytes in a ", size,
+                       "-byte message");
+  }
+  return okStatus();
 }
 
 // ---- GPU connectors ----------------------------------------------------------
@@ -333,115 +362,55 @@ bool llLinesCarry(const char* lines, size_t bytes, uint64_t step) {
 
 }  // namespace
 
-bool NetProxy::progressDevSend(Conn* c) {
-  bool moved = false;
+Status NetProxy::devStepToSend(Conn* c, uint64_t s, const void** data, size_t* size, uint32_t* tag) {
   const DevNetBlock& b = c->block;
-  const uint64_t tail = c->sendTail();
-  while (c->posted < tail && c->posted - c->done < kConnectorSteps) {
-    const uint64_t s = c->posted;
-    // The kernel stored the step word and the data, fenced to system
-    // scope, then tail: all of it is visible once tail is.
-    const uint64_t word = __atomic_load_n(b.stepWord(s), __ATOMIC_ACQUIRE);
-    if (!DevStepWord::matches(word, s)) {
-      fail(c, internalError("the GPU published step ", s, " of a net connector without its size"));
-      return moved;
-    }
-    const uint64_t bytes = DevStepWord::bytes(word);
-    const char* data;
-    size_t size;
-    uint32_t tag;
-    if (DevStepWord::ll(word)) {
-      size = 16 * ((bytes + 7) / 8);  // 8 data bytes per 16-byte line
-      data = b.ll(s);
-      tag = kTagLL;
-      if (size > kDevLLSlotBytes) {
-        fail(c, internalError("LL step ", s, " claims ", bytes, " bytes, more than a slot holds"));
-        return moved;
-      }
-      if (!llLinesCarry(data, size, s)) {
-        fail(c, internalError("LL step ", s, " was published before its lines"));
-        return moved;
-      }
-    } else {
-      size = bytes;
-      data = b.simple(s);
-      tag = kTagSimple;
-      if (size > b.slotBytes) {
-        fail(c, internalError("step ", s, " claims ", bytes, " bytes, more than a slot holds"));
-        return moved;
-      }
-    }
-    NetRequest* r = nullptr;
-    Status st = net_->isend(c->send, data, size, tag, nullptr, &r);
-    if (!st.ok()) return fail(c, std::move(st)), moved;
-    if (r == nullptr) break;
-    c->reqs[s % kConnectorSteps] = r;
-    ++c->posted;
-    moved = true;
+  // The kernel stored the step word and the data, fenced to system
+  // scope, then tail: all of it is visible once tail is.
+  const uint64_t word = __atomic_load_n(b.stepWord(s), __ATOMIC_ACQUIRE);
+  if (!DevStepWord::matches(word, s)) {
+    return internalError("the GPU published step ", s, " of a net connector without its size");
   }
-  while (c->done < c->posted) {
-    bool done = false;
-    Status st = net_->test(c->reqs[c->done % kConnectorSteps], &done, nullptr, nullptr);
-    if (!st.ok()) return fail(c, std::move(st)), moved;
-    if (!done) break;
-    __atomic_store_n(b.head(), ++c->done, __ATOMIC_RELEASE);  // the kernel may refill the slot
-    moved = true;
+  const uint64_t bytes = DevStepWord::bytes(word);
+  if (DevStepWord::ll(word)) {
+    *size = 16 * ((bytes + 7) / 8);  // 8 data bytes per 16-byte line
+    *data = b.ll(s);
+    *tag = kTagLL;
+    if (*size > kDevLLSlotBytes)
+      return internalError("LL step ", s, " claims ", bytes, " bytes, more than a slot holds");
+    if (!llLinesCarry(b.ll(s), *size, s))
+      return internalError("LL step ", s, " was published before its lines");
+    return okStatus();
   }
-  return moved;
+  *size = bytes;
+  *data = b.simple(s);
+  *tag = kTagSimple;
+  if (*size > b.slotBytes)
+    return internalError("step ", s, " claims ", bytes, " bytes, more than a slot holds");
+  return okStatus();
 }
 
-bool NetProxy::progressDevRecv(Conn* c) {
-  bool moved = false;
+Status NetProxy::deliverDevStep(Conn* c, uint64_t s, const char* src, size_t size, uint32_t tag) {
   const DevNetBlock& b = c->block;
-  const uint64_t head = __atomic_load_n(b.head(), __ATOMIC_ACQUIRE);  // slots the kernel freed
-  while (c->posted < head + kConnectorSteps && c->posted - c->done < kConnectorSteps) {
-    NetRequest* r = nullptr;
-    Status st = net_->irecv(c->recv, c->landing(c->posted), c->landingBytes, nullptr, &r);
-    if (!st.ok()) return fail(c, std::move(st)), moved;
-    if (r == nullptr) break;
-    c->reqs[c->posted % kConnectorSteps] = r;
-    ++c->posted;
-    moved = true;
-  }
-  while (c->done < c->posted) {
-    const uint64_t s = c->done;
-    bool done = false;
-    size_t size = 0;
-    uint32_t tag = 0;
-    Status st = net_->test(c->reqs[s % kConnectorSteps], &done, &size, &tag);
-    if (!st.ok()) return fail(c, std::move(st)), moved;
-    if (!done) break;
-    const char* src = c->landing(s);
-    if (tag == kNetClosedTag) {
-      BRAID_INFO(kLogProxy, "proxy: %s closed its net connection", c->peer.description.c_str());
-      c->failed = true;
-      return moved;
+  if (tag == kTagLL) {
+    if (size % 16 != 0 || size > kDevLLSlotBytes || !llLinesCarry(src, size, s)) {
+      return remoteError("a malformed LL step ", s, " arrived (", size, " bytes)");
     }
-    if (tag == kTagLL) {
-      if (size % 16 != 0 || size > kDevLLSlotBytes || !llLinesCarry(src, size, s)) {
-        fail(c, remoteError("a malformed LL step ", s, " arrived (", size, " bytes)"));
-        return moved;
-      }
-      // 8-byte stores, each half of a line with its flag: the kernel takes
-      // a line only once both halves carry the step's flag.
-      uint64_t* dst = reinterpret_cast<uint64_t*>(b.ll(s));
-      for (size_t u = 0; u < size / 8; ++u) {
-        uint64_t v;
-        std::memcpy(&v, src + 8 * u, 8);
-        __atomic_store_n(dst + u, v, __ATOMIC_RELAXED);
-      }
-    } else {
-      if (tag != kTagSimple || size > b.slotBytes) {
-        fail(c, remoteError("a malformed step ", s, " arrived (tag ", tag, ", ", size, " bytes)"));
-        return moved;
-      }
-      if (src != b.simple(s)) std::memcpy(b.simple(s), src, size);
+    // 8-byte stores, each half of a line with its flag: the kernel takes
+    // a line only once both halves carry the step's flag.
+    uint64_t* dst = reinterpret_cast<uint64_t*>(b.ll(s));
+    for (size_t u = 0; u < size / 8; ++u) {
+      uint64_t v;
+      std::memcpy(&v, src + 8 * u, 8);
+      __atomic_store_n(dst + u, v, __ATOMIC_RELAXED);
     }
-    // Simple data is read once tail is seen (the release orders it first).
-    __atomic_store_n(b.tail(), ++c->done, __ATOMIC_RELEASE);
-    moved = true;
+    return okStatus();  // the kernel polls the lines, not tail
   }
-  return moved;
+  if (tag != kTagSimple || size > b.slotBytes) {
+    return remoteError("a malformed step ", s, " arrived (tag ", tag, ", ", size, " bytes)");
+  }
+  // Simple data is read once tail is seen (its release orders this first).
+  if (src != b.simple(s)) std::memcpy(b.simple(s), src, size);
+  return okStatus();
 }
 
 void NetProxy::loop(uint64_t generation) {
@@ -458,11 +427,7 @@ void NetProxy::loop(uint64_t generation) {
       }
       for (auto& [id, c] : im.conns) {
         if (c->failed) continue;
-        if (c->dev) {
-          moved |= c->isSend ? progressDevSend(c.get()) : progressDevRecv(c.get());
-        } else {
-          moved |= c->isSend ? progressSend(c.get()) : progressRecv(c.get());
-        }
+        moved |= c->isSend ? progressSend(c.get()) : progressRecv(c.get());
       }
     }
     if (im.waiting.load() > 0) std::this_thread::yield();

@@ -119,10 +119,15 @@ class NetProxy {
   struct Conn;
   uint64_t add(std::unique_ptr<Conn> c);
   void loop(uint64_t generation);  // serves until Impl::generation moves past `generation`
+  // Post and complete a connector's steps (either kind of connector).
   bool progressSend(Conn* c);
   bool progressRecv(Conn* c);
-  bool progressDevSend(Conn* c);
-  bool progressDevRecv(Conn* c);
+  // What step s of a host / GPU connector sends, and how an arrived step is
+  // checked and written into it; an error fails the connector.
+  Status stepToSend(Conn* c, uint64_t s, const void** data, size_t* size, uint32_t* tag);
+  Status deliverStep(Conn* c, uint64_t s, const char* src, size_t size, uint32_t tag);
+  Status devStepToSend(Conn* c, uint64_t s, const void** data, size_t* size, uint32_t* tag);
+  Status deliverDevStep(Conn* c, uint64_t s, const char* src, size_t size, uint32_t tag);
   void fail(Conn* c, Status s);
 
   struct Impl;
