@@ -278,6 +278,7 @@ Status Communicator::exchangePeerInfo() {
   }
   connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
                                                    bootstrapTimeoutSeconds());
+  connectors_->preferNics(nearNics_, strCat("GPU ", me.busId));
   BRAID_CHECK(connectors_->init());
   // Host ranks of one node chain by NUMA node, so a ring crosses the socket
   // interconnect once each way however the launcher bound them; GPU ranks in
@@ -315,7 +316,10 @@ int Communicator::searchLocalTopology(const std::string& busId) {
     return -1;
   }
   for (int g = 0; g < sys.nGpus(); ++g) {
-    if (strcasecmp(sys.gpu(g).busId.c_str(), busId.c_str()) == 0) return g;
+    if (strcasecmp(sys.gpu(g).busId.c_str(), busId.c_str()) == 0) {
+      nearNics_ = nicsNearestFirst(sys, g);
+      return g;
+    }
   }
   BRAID_INFO(kLogGraph, "GPU %s is not in the topology: its ranks chain in rank order", busId.c_str());
   return -1;

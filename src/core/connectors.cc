@@ -1,5 +1,9 @@
 #include "core/connectors.h"
 
+#include <strings.h>
+
+#include <algorithm>
+
 #include "transports/shm/shm_transport.h"
 #include "util/log.h"
 
@@ -16,16 +20,34 @@ Status ConnectorFactory::init() {
     return okStatus();
   }
   BRAID_CHECK(selectNet(&net_.net).withContext(strCat(others, " ranks run on other hosts")));
-  net_.dev = 0;
-  NetProperties props;
-  BRAID_CHECK(net_.net->properties(net_.dev, &props));
+  std::vector<NetProperties> devs(static_cast<size_t>(std::max(net_.net->devices(), 0)));
+  for (size_t d = 0; d < devs.size(); ++d) BRAID_CHECK(net_.net->properties(static_cast<int>(d), &devs[d]));
+  if (devs.empty()) return internalError(net_.net->name(), " net has no device");
+  net_.dev = nearestNetDevice(devs, nearNics_);
+  std::string why = "its first device";
+  if (net_.dev >= 0) {
+    why = strCat("the NIC nearest ", near_);
+  } else {
+    if (!nearNics_.empty()) why = strCat("its first device, none of its devices being a NIC near ", near_);
+    net_.dev = 0;
+  }
+  const NetProperties& props = devs[static_cast<size_t>(net_.dev)];
   BRAID_INFO(
       kLogNet,
-      "transport: shared memory for the %zu ranks on this host, %s over %s (%s) for the %d on other hosts "
-      "(their host ids differ)",
+      "transport: shared memory for the %zu ranks on this host, %s over %s (%s; %s) for the %d on other "
+      "hosts (their host ids differ)",
       peers_.size() - static_cast<size_t>(others), net_.net->name(), props.name.c_str(),
-      props.address.c_str(), others);
+      props.address.c_str(), why.c_str(), others);
   return okStatus();
+}
+
+int nearestNetDevice(const std::vector<NetProperties>& devs, const std::vector<std::string>& busIds) {
+  for (const std::string& bus : busIds) {
+    for (size_t d = 0; d < devs.size(); ++d) {
+      if (!bus.empty() && strcasecmp(devs[d].busId.c_str(), bus.c_str()) == 0) return static_cast<int>(d);
+    }
+  }
+  return -1;
 }
 
 const char* ConnectorFactory::transportName(int peer) const {

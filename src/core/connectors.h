@@ -24,14 +24,27 @@ struct PeerPlace {
   std::string name;  // "rank 3 (hostb, pid 42)", for messages
 };
 
+// The device of `devs` on the first of `busIds` that one sits on; -1 when
+// none does.
+int nearestNetDevice(const std::vector<NetProperties>& devs, const std::vector<std::string>& busIds);
+
 class ConnectorFactory {
  public:
   ConnectorFactory(bootstrap::Bootstrap* bs, std::vector<PeerPlace> peers, const std::atomic<bool>* abort,
                    double timeoutSec)
       : bs_(bs), peers_(std::move(peers)), abort_(abort), timeoutSec_(timeoutSec) {}
 
-  // Chooses the net for peers on other hosts (NCCL_NET), logs the choice;
-  // a no-op when every peer shares this host.
+  // The PCI addresses of the NICs nearest this rank's GPU, nearest first
+  // (topology: nicsNearestFirst); `near` names the GPU in the log. Called
+  // before init().
+  void preferNics(std::vector<std::string> busIds, std::string near) {
+    nearNics_ = std::move(busIds);
+    near_ = std::move(near);
+  }
+
+  // Chooses the net for peers on other hosts (NCCL_NET) and its device: the
+  // first preferred NIC it has, else its device 0. Logs the choice; a no-op
+  // when every peer shares this host.
   Status init();
 
   Status postRecv(int peer, uint32_t tag, size_t slotBytes, std::unique_ptr<ConnectorEnd>* out);
@@ -59,6 +72,8 @@ class ConnectorFactory {
   const std::atomic<bool>* abort_;
   double timeoutSec_;
   NetSetup net_;
+  std::vector<std::string> nearNics_;
+  std::string near_;
   std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
 };
 

@@ -457,6 +457,29 @@ Status searchSchedule(const TopoSystem& sys, const SearchOptions& opt, Schedule*
   return okStatus();
 }
 
+std::vector<std::string> nicsNearestFirst(const TopoSystem& sys, int gpu) {
+  const std::vector<int> order = sys.netsByDistance(gpu);
+  const auto& paths = sys.paths[static_cast<size_t>(gpu)];
+  auto pathOf = [&](int n) -> const TopoPath& {
+    return paths[static_cast<size_t>(sys.nets[static_cast<size_t>(n)])];
+  };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < order.size();) {
+    // [i, j): the ports as near as order[i]
+    size_t j = i + 1;
+    while (j < order.size() && pathRank(pathOf(order[j]).type) == pathRank(pathOf(order[i]).type) &&
+           pathOf(order[j]).bw == pathOf(order[i]).bw)
+      ++j;
+    for (size_t k = 0; k < j - i; ++k) {
+      const int n = order[i + (k + static_cast<size_t>(gpu)) % (j - i)];
+      const std::string& bus = sys.nodes[static_cast<size_t>(sys.nets[static_cast<size_t>(n)])].busId;
+      if (!bus.empty()) out.push_back(bus);
+    }
+    i = j;
+  }
+  return out;
+}
+
 Schedule commSchedule(const std::vector<int>& nodeOf, const std::vector<std::vector<int>>& chainKeys,
                       int nChannels) {
   Schedule s;

@@ -64,6 +64,12 @@ struct Schedule {
 
 Status searchSchedule(const TopoSystem& sys, const SearchOptions& opt, Schedule* out);
 
+// The PCI addresses of the network ports for `gpu`'s traffic to other
+// nodes, nearest first (by path type, then bandwidth). Ports equally near
+// are rotated by the GPU's index, so GPUs sharing a switch with several NICs
+// spread over them. Ports without a PCI address are left out.
+std::vector<std::string> nicsNearestFirst(const TopoSystem& sys, int gpu);
+
 // Parses NCCL_RINGS ("0 1 2 3|3 2 1 0", also "," or "-" between indices):
 // every ring must list each of 0..nGpus-1 once.
 Status parseRings(const std::string& text, int nGpus, std::vector<std::vector<int>>* rings);

@@ -1,6 +1,8 @@
 #include "util/sysfs.h"
 
 #include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -29,6 +31,16 @@ std::vector<std::string> listDir(const std::string& path) {
   closedir(dir);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string pciBusIdOf(const std::string& sysPath) {
+  char real[PATH_MAX];
+  if (realpath(sysPath.c_str(), real) == nullptr) return "";
+  std::string found;
+  for (const std::string& part : splitString(real, '/')) {
+    if (part.size() == 12 && part[4] == ':' && part[7] == ':' && part[10] == '.') found = part;
+  }
+  return found;
 }
 
 std::string gidText(const uint8_t raw[16]) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/comm.h"
+#include "core/connectors.h"
 
 namespace braid {
 namespace {
@@ -56,6 +57,20 @@ TEST(PeerCheck, SharedGpuOnOneHostIsRefusedButNotAcrossHosts) {
   v[1].hostHash = 43;  // same bus id on another node is a different GPU
   std::strcpy(v[1].hostId, "nodeB");
   EXPECT_TRUE(checkPeers(v, 0).ok());
+}
+
+TEST(NetDevice, TheFirstPreferredNicTheNetHas) {
+  std::vector<NetProperties> devs(3);
+  devs[0].name = "lo";  // virtual: no PCI address
+  devs[1].name = "eth1";
+  devs[1].busId = "0000:3b:00.0";
+  devs[2].name = "eth2";
+  devs[2].busId = "0000:b1:00.0";
+  EXPECT_EQ(nearestNetDevice(devs, {"0000:B1:00.0", "0000:3b:00.0"}), 2);  // case-insensitive
+  EXPECT_EQ(nearestNetDevice(devs, {"0000:19:00.0", "0000:3b:00.0"}), 1);  // the nearest is not the Net's
+  EXPECT_EQ(nearestNetDevice(devs, {"0000:19:00.0"}), -1);
+  EXPECT_EQ(nearestNetDevice(devs, {}), -1);
+  EXPECT_EQ(nearestNetDevice(devs, {""}), -1);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "platform/socket.h"
 #include "transports/net/net.h"
 #include "util/param.h"
+#include "util/sysfs.h"
 
 namespace braid {
 namespace {
@@ -149,6 +150,26 @@ TEST(SocketNet, StrayConnectionsAreDroppedAndTheRealOneAccepted) {
   net->closeListen(listen);
   net->closeSend(send);
   net->closeRecv(recv);
+}
+
+TEST(SocketNet, DevicesGiveTheirPciFunction) {
+  // NCCL_SOCKET_IFNAME=lo here: a virtual interface has no PCI function.
+  Net* net = nullptr;
+  ASSERT_TRUE(socketNet(&net).ok());
+  ASSERT_GE(net->devices(), 1);
+  NetProperties p;
+  ASSERT_TRUE(net->properties(0, &p).ok());
+  EXPECT_EQ(p.name, "lo");
+  EXPECT_EQ(p.busId, "");
+  EXPECT_EQ(p.pciPath, "");
+  // A real NIC's is its real sysfs path and its PCI address.
+  for (const std::string& nic : listDir("/sys/class/net")) {
+    NetProperties q;
+    describePciDevice("/sys/class/net/" + nic + "/device", &q);
+    if (q.busId.empty()) continue;
+    EXPECT_NE(q.pciPath.find(q.busId), std::string::npos) << q.pciPath;
+    EXPECT_EQ(q.pciPath[0], '/') << q.pciPath;
+  }
 }
 
 TEST(SocketNet, IbIsRefusedWithAClearMessage) {

@@ -8,6 +8,7 @@
 #include "topology/model.h"
 #include "topology/search.h"
 #include "topology/topology.h"
+#include "topology/xml.h"
 
 namespace braid {
 namespace {
@@ -252,6 +253,55 @@ TEST(TopoSearch, MultiNodeRingsLeaveThroughTheNearestNic) {
     EXPECT_EQ(s.nChannels(), 8);
     EXPECT_NEAR(s.ringBusBw, 18 * 20.6, 1e-6);
   }
+}
+
+TEST(TopoSearch, EachGpuPrefersTheNicNearestIt) {
+  // Communicators' net connectors use the first of these the Net has.
+  TopoSystem pcie = load("pcie_2socket.xml");
+  const std::vector<std::string> socket0 = {"0000:19:00.0", "0000:b1:00.0"};
+  const std::vector<std::string> socket1 = {"0000:b1:00.0", "0000:19:00.0"};
+  EXPECT_EQ(nicsNearestFirst(pcie, 0), socket0);  // NIC 0 on its switch
+  EXPECT_EQ(nicsNearestFirst(pcie, 1), socket0);  // NIC 0 through its socket's host bridge
+  EXPECT_EQ(nicsNearestFirst(pcie, 2), socket1);
+  EXPECT_EQ(nicsNearestFirst(pcie, 3), socket1);
+
+  TopoSystem dgx = load("dgx_h100.xml");
+  std::set<std::string> first;
+  for (int g = 0; g < dgx.nGpus(); ++g) {
+    const std::vector<std::string> nics = nicsNearestFirst(dgx, g);
+    ASSERT_EQ(nics.size(), 8u);
+    EXPECT_EQ(std::set<std::string>(nics.begin(), nics.end()).size(), 8u);
+    first.insert(nics[0]);
+    // The first shares the GPU's PCIe switch: nothing nearer exists.
+    int net = -1;
+    for (int n = 0; n < static_cast<int>(dgx.nets.size()); ++n) {
+      if (dgx.nodes[static_cast<size_t>(dgx.nets[static_cast<size_t>(n)])].busId == nics[0]) net = n;
+    }
+    ASSERT_GE(net, 0);
+    const PathType t =
+        dgx.paths[static_cast<size_t>(g)][static_cast<size_t>(dgx.nets[static_cast<size_t>(net)])].type;
+    EXPECT_TRUE(t == PathType::Pix || t == PathType::Pxb) << pathTypeName(t);
+  }
+  EXPECT_EQ(first.size(), 8u);  // a NIC per GPU
+
+  // Two NICs equally near two GPUs on one switch: the GPUs take one each.
+  std::unique_ptr<XmlNode> doc;
+  ASSERT_TRUE(parseXml(R"(<system version="1"><cpu numaid="0" arch="x86_64" vendor="GenuineIntel">
+      <pci busid="0000:10:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">
+        <pci busid="0000:11:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16"><gpu dev="0" sm="90"/></pci>
+        <pci busid="0000:12:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16"><gpu dev="1" sm="90"/></pci>
+        <pci busid="0000:13:00.0" class="0x020000" link_speed="16.0 GT/s PCIe" link_width="16">
+          <nic><net name="mlx5_0" dev="0" speed="200000" port="1"/></nic></pci>
+        <pci busid="0000:14:00.0" class="0x020000" link_speed="16.0 GT/s PCIe" link_width="16">
+          <nic><net name="mlx5_1" dev="1" speed="200000" port="1"/></nic></pci>
+      </pci></cpu></system>)",
+                       "two-nic switch", &doc)
+                  .ok());
+  TopoSystem sw;
+  Status s = topoFromXml(*doc, &sw);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(nicsNearestFirst(sw, 0), (std::vector<std::string>{"0000:13:00.0", "0000:14:00.0"}));
+  EXPECT_EQ(nicsNearestFirst(sw, 1), (std::vector<std::string>{"0000:14:00.0", "0000:13:00.0"}));
 }
 
 TEST(TopoSearch, Deterministic) {

@@ -1,5 +1,8 @@
 #include "transports/net/net.h"
 
+#include <limits.h>
+#include <stdlib.h>
+
 #include <mutex>
 #include <vector>
 
@@ -8,6 +11,7 @@
 #include "util/log.h"
 #include "util/param.h"
 #include "util/strings.h"
+#include "util/sysfs.h"
 #ifdef BRAID_HAVE_IBVERBS
 #include "transports/net/ibverbs/ib_net.h"
 #include "transports/net/ibverbs/verbs_api.h"
@@ -71,6 +75,12 @@ Status openIbNet(Net** out) {
 }
 
 }  // namespace
+
+void describePciDevice(const std::string& sysLink, NetProperties* out) {
+  char real[PATH_MAX];
+  out->pciPath = realpath(sysLink.c_str(), real) != nullptr ? real : "";
+  out->busId = pciBusIdOf(sysLink);
+}
 
 Status selectNet(Net** out) {
   const std::string want = paramNet.get();

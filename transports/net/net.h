@@ -36,7 +36,8 @@ constexpr uint32_t kNetClosedTag = 0xffffffffu;
 
 struct NetProperties {
   std::string name;     // interface name ("eth0")
-  std::string pciPath;  // sysfs path of the device, "" for virtual ones
+  std::string pciPath;  // real sysfs path of the device, "" for virtual ones
+  std::string busId;    // its PCI address ("0000:3b:00.0"), "" for virtual ones
   int speedMbps = 0;    // link speed, 0 when unknown
   int port = 0;         // the port the device listens on (0 until it does)
   int maxComms = 0;     // connections it can hold
@@ -82,6 +83,10 @@ class Net {
   virtual void closeRecv(NetRecvComm* comm) = 0;
   virtual void closeListen(NetListenComm* comm) = 0;
 };
+
+// Fills `pciPath` and `busId` from a sysfs device link
+// ("/sys/class/net/eth0/device"); both "" for a virtual device.
+void describePciDevice(const std::string& sysLink, NetProperties* out);
 
 // The Net chosen by NCCL_NET ("Socket", "IB" or unset). IB is refused with a
 // WARN and an error that says why: Braid built without verbs headers,

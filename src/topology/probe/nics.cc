@@ -2,7 +2,6 @@
 // speed, GIDs), falling back to /sys/class/infiniband, and Ethernet netdevs
 // through /sys/class/net (speed, PCI location).
 #include <dlfcn.h>
-#include <limits.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -67,19 +66,9 @@ int lanes(int width) {
   }
 }
 
-std::string bdfOfDevice(const std::string& sysPath) {
-  char real[PATH_MAX];
-  if (realpath(sysPath.c_str(), real) == nullptr) return "";
-  std::string found;
-  for (const std::string& part : splitString(real, '/')) {
-    if (part.size() == 12 && part[4] == ':' && part[7] == ':' && part[10] == '.') found = part;
-  }
-  return found;
-}
-
 void addSysfsInfo(const std::string& name, NicInfo* nic) {
   const std::string base = "/sys/class/infiniband/" + name;
-  nic->busId = bdfOfDevice(base + "/device");
+  nic->busId = pciBusIdOf(base + "/device");
   std::vector<std::string> nets = listDir(base + "/device/net");
   if (!nets.empty()) nic->netdev = nets[0];
 }
@@ -186,7 +175,7 @@ void probeNics(std::vector<NicInfo>* nics, std::vector<std::string>* notes) {
   for (const std::string& name : listDir("/sys/class/net")) {
     if (name == "lo" || std::find(backing.begin(), backing.end(), name) != backing.end()) continue;
     const std::string base = "/sys/class/net/" + name;
-    const std::string bus = bdfOfDevice(base + "/device");
+    const std::string bus = pciBusIdOf(base + "/device");
     if (bus.empty()) continue;  // virtual interfaces (bridges, veth, ifb) carry no PCI location
     NicInfo nic;
     nic.name = name;
@@ -198,7 +187,9 @@ void probeNics(std::vector<NicInfo>* nics, std::vector<std::string>* notes) {
     port.state = readSysfs(base + "/operstate");
     port.linkLayer = "Ethernet";
     const int mbps = std::atoi(readSysfs(base + "/speed").c_str());
-    port.gbps = mbps > 0 ? mbps / 1000.0 : 0;
+    port.gbps = mbps > 0 ? mbps / 1000.0 : 10;
+    if (mbps <= 0)
+      notes->push_back(name + ": link speed unknown (a virtual NIC?), assumed 10 Gb/s as NCCL does");
     nic.ports.push_back(port);
     nics->push_back(nic);
   }

@@ -925,10 +925,7 @@ class IbNet final : public Net {
     BRAID_CHECK(checkDev(dev));
     const IbDevice& d = *devs_[static_cast<size_t>(dev)];
     out->name = d.name;
-    char path[512] = {};
-    const std::string link = strCat("/sys/class/infiniband/", d.device, "/device");
-    const ssize_t k = readlink(link.c_str(), path, sizeof(path) - 1);
-    out->pciPath = k > 0 ? std::string(path, static_cast<size_t>(k)) : "";
+    describePciDevice(strCat("/sys/class/infiniband/", d.device, "/device"), out);
     out->speedMbps = d.speedMbps;
     std::lock_guard<std::mutex> lock(mu_);
     out->port = listener_.isOpen() ? listenAddress_.port() : 0;

@@ -492,10 +492,7 @@ class SocketNet final : public Net {
     out->name = ni.name;
     std::string addr = ni.address.toString();
     out->address = addr.substr(0, addr.rfind(':'));
-    char path[512] = {};
-    std::string link = strCat("/sys/class/net/", ni.name, "/device");
-    ssize_t n = readlink(link.c_str(), path, sizeof(path) - 1);
-    out->pciPath = n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
+    describePciDevice(strCat("/sys/class/net/", ni.name, "/device"), out);
     out->speedMbps = 0;
     if (FILE* f = std::fopen(strCat("/sys/class/net/", ni.name, "/speed").c_str(), "r")) {
       if (std::fscanf(f, "%d", &out->speedMbps) != 1 || out->speedMbps < 0) out->speedMbps = 0;
