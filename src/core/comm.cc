@@ -278,7 +278,11 @@ Status Communicator::exchangePeerInfo() {
   }
   connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
                                                    bootstrapTimeoutSeconds());
-  connectors_->preferNics(nearNics_, strCat("GPU ", me.busId));
+  if (backend_ == Backend::Gpu) {
+    connectors_->preferNics(nearNics_, strCat("GPU ", me.busId));
+  } else {
+    connectors_->preferNicsOnNuma(me.numaNode);
+  }
   BRAID_CHECK(connectors_->init());
   // Host ranks of one node chain by NUMA node, so a ring crosses the socket
   // interconnect once each way however the launcher bound them; GPU ranks in

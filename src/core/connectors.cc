@@ -6,6 +6,7 @@
 
 #include "transports/shm/shm_transport.h"
 #include "util/log.h"
+#include "util/sysfs.h"
 
 namespace braid {
 
@@ -23,12 +24,16 @@ Status ConnectorFactory::init() {
   std::vector<NetProperties> devs(static_cast<size_t>(std::max(net_.net->devices(), 0)));
   for (size_t d = 0; d < devs.size(); ++d) BRAID_CHECK(net_.net->properties(static_cast<int>(d), &devs[d]));
   if (devs.empty()) return internalError(net_.net->name(), " net has no device");
+  if (nearNics_.empty() && numa_ >= 0) {
+    for (const NetProperties& d : devs) {
+      if (pciNumaNode(d.busId) == numa_) nearNics_.push_back(d.busId);
+    }
+    near_ = strCat("this rank's CPUs (NUMA node ", numa_, ")");
+  }
   net_.dev = nearestNetDevice(devs, nearNics_);
-  std::string why = "its first device";
-  if (net_.dev >= 0) {
-    why = strCat("the NIC nearest ", near_);
-  } else {
-    if (!nearNics_.empty()) why = strCat("its first device, none of its devices being a NIC near ", near_);
+  std::string why = strCat("the NIC nearest ", near_);
+  if (net_.dev < 0) {
+    why = near_.empty() ? "its first device" : strCat("its first device, none being near ", near_);
     net_.dev = 0;
   }
   const NetProperties& props = devs[static_cast<size_t>(net_.dev)];

@@ -38,9 +38,13 @@ class ConnectorFactory {
   // (topology: nicsNearestFirst); `near` names the GPU in the log. Called
   // before init().
   void preferNics(std::vector<std::string> busIds, std::string near) {
+    near_ = busIds.empty() ? "" : std::move(near);
     nearNics_ = std::move(busIds);
-    near_ = std::move(near);
   }
+
+  // Host ranks: prefer the NICs on NUMA node `numa` (this rank's CPUs; -1:
+  // no preference). Called before init().
+  void preferNicsOnNuma(int numa) { numa_ = numa; }
 
   // Chooses the net for peers on other hosts (NCCL_NET) and its device: the
   // first preferred NIC it has, else its device 0. Logs the choice; a no-op
@@ -74,6 +78,7 @@ class ConnectorFactory {
   NetSetup net_;
   std::vector<std::string> nearNics_;
   std::string near_;
+  int numa_ = -1;
   std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
 };
 

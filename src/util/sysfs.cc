@@ -43,6 +43,11 @@ std::string pciBusIdOf(const std::string& sysPath) {
   return found;
 }
 
+int pciNumaNode(const std::string& busId) {
+  const std::string text = busId.empty() ? "" : readSysfs("/sys/bus/pci/devices/" + busId + "/numa_node");
+  return text.empty() ? -1 : std::atoi(text.c_str());
+}
+
 std::string gidText(const uint8_t raw[16]) {
   std::string s;
   for (int i = 0; i < 16; i += 2) {

@@ -16,6 +16,8 @@ std::vector<std::string> listDir(const std::string& path);
 // /sys/class/net/eth0/device: the last PCI component of its real path, so a
 // virtio NIC gives the PCI function it sits on. "" when it has none.
 std::string pciBusIdOf(const std::string& sysPath);
+// The NUMA node sysfs gives the PCI function `busId`; -1 when unknown.
+int pciNumaNode(const std::string& busId);
 // A GID as sysfs writes it: "fe80:0000:0000:0000:0202:c9ff:fe00:0001".
 std::string gidText(const uint8_t raw[16]);
 
