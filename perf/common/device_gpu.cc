@@ -107,6 +107,14 @@ bool hostMemory() {
 
 std::unique_ptr<Device> openDevice(int index) {
   if (hostMemory()) return makeHostDevice("[host] host memory (BRAID_BACKEND=host)");
+#if defined(PERF_LIBRARY_BRAID)
+  // With BRAID_SHARE_GPU=1 ranks beyond the GPU count share them (index
+  // modulo the count): `-g 2` on one GPU measures the kernels with the
+  // GPU's own memory as the link.
+  const char* share = std::getenv("BRAID_SHARE_GPU");
+  const int n = deviceCount();
+  if (share != nullptr && std::strcmp(share, "1") == 0 && n > 0) index %= n;
+#endif
   return std::make_unique<GpuDevice>(index);
 }
 

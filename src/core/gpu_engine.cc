@@ -73,7 +73,7 @@ struct DevEnd {
   DevEnd() = default;
   ~DevEnd() {
     net.reset();  // the proxy lets go of the block first
-    if (mapped != nullptr) (void)hipHostFree(mapped);
+    if (block.base != nullptr) (void)hipHostFree(block.base);
   }
   DevEnd(const DevEnd&) = delete;
   DevEnd& operator=(const DevEnd&) = delete;
@@ -81,7 +81,7 @@ struct DevEnd {
   DevConn conn;  // valid once connected
   P2pEnd p2p;
   std::unique_ptr<NetEnd> net;
-  void* mapped = nullptr;
+  DevNetBlock block;  // a net end's host memory the GPU maps (owned)
 };
 
 class GpuEngineImpl final : public GpuEngine {
@@ -134,7 +134,7 @@ class GpuEngineImpl final : public GpuEngine {
   // Connects `reqs` (every rank of each connector passes its side): p2p
   // for peers on this host, the net for the others.
   Status connect(size_t slotBytes, const std::vector<EndRequest>& reqs);
-  Status mapNetBlock(size_t slotBytes, DevEnd* end, DevNetBlock* block);
+  Status mapNetBlock(size_t slotBytes, DevEnd* end);
   bool onThisHost(int peer) const {
     return nodeOf_[static_cast<size_t>(peer)] == nodeOf_[static_cast<size_t>(comm_->rank())];
   }
@@ -191,15 +191,14 @@ Status GpuEngineImpl::stage(const void* src, size_t bytes, void* stream, const v
   return okStatus();
 }
 
-Status GpuEngineImpl::mapNetBlock(size_t slotBytes, DevEnd* end, DevNetBlock* block) {
+Status GpuEngineImpl::mapNetBlock(size_t slotBytes, DevEnd* end) {
   const size_t bytes = DevNetLayout::bytes(slotBytes);
   void* p = nullptr;
   BRAID_CHECK(gpuCheck(hipHostMalloc(&p, bytes, hipHostMallocMapped | hipHostMallocPortable),
                        "allocating a net connector in host memory the GPU maps"));
-  end->mapped = p;
   std::memset(p, 0, bytes);
-  block->base = static_cast<char*>(p);
-  block->slotBytes = slotBytes;
+  end->block.base = static_cast<char*>(p);
+  end->block.slotBytes = slotBytes;
   return okStatus();
 }
 
@@ -218,32 +217,32 @@ Status GpuEngineImpl::connect(size_t slotBytes, const std::vector<EndRequest>& r
   // transport's setup keeps (core/connectors.h): no step waits for a step
   // a peer takes later.
   ConnectorFactory& f = comm_->connectors();
-  std::map<const EndRequest*, DevNetBlock> blocks;
   for (const EndRequest* r : remoteRecv) {
-    BRAID_CHECK(mapNetBlock(slotBytes, r->end, &blocks[r]));
-    BRAID_CHECK(f.postRecvDevice(r->peer, r->tag, blocks[r], &r->end->net));
+    BRAID_CHECK(mapNetBlock(slotBytes, r->end));
+    BRAID_CHECK(f.postRecvDevice(r->peer, r->tag, r->end->block, &r->end->net));
   }
   if (!local.empty()) BRAID_CHECK(p2pConnect(comm_->bootstrap(), device_, setup_, slotBytes, local));
   for (const EndRequest* r : remoteSend) {
-    BRAID_CHECK(mapNetBlock(slotBytes, r->end, &blocks[r]));
-    BRAID_CHECK(f.openSendDevice(r->peer, r->tag, blocks[r], &r->end->net));
+    BRAID_CHECK(mapNetBlock(slotBytes, r->end));
+    BRAID_CHECK(f.openSendDevice(r->peer, r->tag, r->end->block, &r->end->net));
   }
   for (const EndRequest* r : remoteRecv) BRAID_CHECK(f.finishRecv(r->peer, r->tag, r->end->net.get()));
-  if (!blocks.empty()) {
+  const size_t remote = remoteSend.size() + remoteRecv.size();
+  if (remote > 0) {
     BRAID_INFO(kLogNet,
                "GPU %d: %zu connectors to ranks on other hosts through %s (host memory the GPU maps, "
                "served by the proxy), %zu through p2p",
-               device_, blocks.size(), f.transportName(blocks.begin()->first->peer), local.size());
+               device_, remote, f.transportName((remoteSend.empty() ? remoteRecv : remoteSend)[0]->peer),
+               local.size());
   }
   for (const EndRequest& r : reqs) {
-    auto it = blocks.find(&r);
-    if (it == blocks.end()) {
+    if (r.end->net == nullptr) {
       r.end->conn = r.end->p2p.conn;
       continue;
     }
     void* device = nullptr;
-    BRAID_CHECK(gpuCheck(hipHostGetDevicePointer(&device, r.end->mapped, 0), "mapping a net connector"));
-    r.end->conn = it->second.conn(static_cast<char*>(device), r.send);
+    BRAID_CHECK(gpuCheck(hipHostGetDevicePointer(&device, r.end->block.base, 0), "mapping a net connector"));
+    r.end->conn = r.end->block.conn(static_cast<char*>(device), r.send);
   }
   return okStatus();
 }

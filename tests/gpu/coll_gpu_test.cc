@@ -536,6 +536,28 @@ TEST(GpuGraph, CaptureOnFirstUseAndReplay) {
 // printed; the bound checked is a hang guard, not a performance goal) and
 // the kernel must end, so the stream drains. The other ranks never join and
 // abort after rank 0 is done.
+// The fault tests' start: a rank on `device` with a non-blocking stream, a
+// communicator and a buffer of `count` floats, after one all-reduce every
+// rank finished.
+struct JoinedRank {
+  hipStream_t stream = nullptr;
+  ncclComm_t comm = nullptr;
+  void* buf = nullptr;
+  size_t count = 1 << 20;
+};
+std::string joinWithOneAllReduce(int device, int rank, int nranks, const ncclUniqueId& id, JoinedRank* j) {
+  std::string err = hipCheck(hipSetDevice(device), "hipSetDevice");
+  if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&j->stream, hipStreamNonBlocking), "stream");
+  if (err.empty()) err = check(ncclCommInitRank(&j->comm, nranks, id, rank), "ncclCommInitRank");
+  if (err.empty()) err = hipCheck(hipMalloc(&j->buf, j->count * sizeof(float)), "hipMalloc");
+  if (err.empty()) {
+    err = check(ncclAllReduce(j->buf, j->buf, j->count, ncclFloat32, ncclSum, j->comm, j->stream),
+                "the first ncclAllReduce");
+  }
+  if (err.empty()) err = hipCheck(hipStreamSynchronize(j->stream), "hipStreamSynchronize");
+  return err;
+}
+
 TEST(GpuAbort, AbortEndsAKernelWaitingForAMissingPeer) {
   BRAID_NEED_A_GPU(g);
   using Clock = std::chrono::steady_clock;
@@ -548,21 +570,10 @@ TEST(GpuAbort, AbortEndsAKernelWaitingForAMissingPeer) {
   auto out = runRanks(
       g.ranks,
       [&](int rank, int nranks) -> std::string {
-        std::string err = hipCheck(hipSetDevice(g.deviceOf(rank)), "hipSetDevice");
-        hipStream_t stream = nullptr;
-        if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "stream");
-        ncclComm_t comm = nullptr;
-        if (err.empty()) err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "ncclCommInitRank");
+        JoinedRank j;
+        std::string err = joinWithOneAllReduce(g.deviceOf(rank), rank, nranks, root.id, &j);
         if (!err.empty()) return err;
-        const size_t count = 1 << 20;
-        void* buf = nullptr;
-        err = hipCheck(hipMalloc(&buf, count * sizeof(float)), "hipMalloc");
-        if (err.empty()) {
-          err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
-                      "the first ncclAllReduce");
-        }
-        if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
-        if (!err.empty()) return err;
+        auto [stream, comm, buf, count] = j;
         if (rank != 0) {
           std::this_thread::sleep_for(std::chrono::seconds(5));  // rank 0 is done with its abort by then
           return check(ncclCommAbort(comm), "ncclCommAbort (a rank that did not join)");
@@ -675,21 +686,10 @@ TEST(GpuMultiHostFault, ARankOfTheOtherHostDiesMidCollective) {
       2,
       [&](int rank, int nranks) -> std::string {
         setenv("BRAID_HOSTID", strCat("gpuhost", rank).c_str(), 1);
-        std::string err = hipCheck(hipSetDevice(rank % g.gpus), "hipSetDevice");
-        hipStream_t stream = nullptr;
-        if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "stream");
-        ncclComm_t comm = nullptr;
-        if (err.empty()) err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "ncclCommInitRank");
+        JoinedRank j;
+        std::string err = joinWithOneAllReduce(rank % g.gpus, rank, nranks, root.id, &j);
         if (!err.empty()) return err;
-        const size_t count = 1 << 20;
-        void* buf = nullptr;
-        err = hipCheck(hipMalloc(&buf, count * sizeof(float)), "hipMalloc");
-        if (err.empty()) {
-          err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
-                      "the first ncclAllReduce");
-        }
-        if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
-        if (!err.empty()) return err;
+        auto [stream, comm, buf, count] = j;
         if (rank == 1) _exit(3);  // abruptly: no destroy, the kernel's sockets just close
         const auto t0 = Clock::now();
         err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
