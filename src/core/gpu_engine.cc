@@ -28,7 +28,7 @@ using device::kDevMaxChannels;
 
 static_assert(device::kDevTreeChildren == kMaxTreeChildren, "device tree tables match the trees");
 
-constexpr int kPeerChannels = 16;         // connectors per pair of ranks for point-to-point
+constexpr int kPeerChannels = kGpuPeerChannels;  // connectors per pair of ranks for point-to-point
 constexpr size_t kP2pBytesPerChannel = 512u << 10;  // a send or receive gets a channel per this many bytes
 
 Status gpuCheck(hipError_t e, const char* what) {

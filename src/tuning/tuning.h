@@ -41,6 +41,10 @@ const char* algoDescription(Algo a);
 bool algoImplements(Algo a, CollType c);
 
 constexpr int kMaxChannels = 32;
+// The GPU engine keeps this many channels of point-to-point connectors per
+// pair of ranks; its direct (one-shot) all-reduce runs over them, so it
+// gets at most this many channels where a ring gets kMaxChannels.
+constexpr int kGpuPeerChannels = 16;
 
 struct TuneInput {
   CollType coll;

@@ -117,6 +117,28 @@ TEST(Selector, ReadsTheTopologysExpectedBandwidth) {
   EXPECT_EQ(cache.select(in).algo, Algo::Tree);
 }
 
+// Two GPUs (2x H200 over NVLink): one-shot for small all-reduces, the ring
+// (on twice the channels the one-shot's point-to-point connectors have)
+// for large ones; with 2 ranks both move the same bytes.
+TEST(Selector, TwoGpusTakeTheRingForLargeAllReduces) {
+  TuneInput in = input(CollType::AllReduce, 8, 2);
+  in.gpu = true;
+  in.maxChannels = kMaxChannels;
+  in.ringBusGBs = in.treeBusGBs = 370.8;
+  EXPECT_EQ(selectAlgorithm(in).algo, Algo::Direct);
+  in.bytes = 256 << 10;
+  EXPECT_EQ(selectAlgorithm(in).algo, Algo::Direct);
+  in.bytes = 256 << 20;
+  const TuneChoice large = selectAlgorithm(in);
+  EXPECT_EQ(large.algo, Algo::Ring);
+  EXPECT_EQ(large.nChannels, kMaxChannels);
+  EXPECT_GT(large.nChannels, kGpuPeerChannels);
+  {
+    EnvGuard g("NCCL_ALGO", "Direct");
+    EXPECT_LE(selectAlgorithm(in).nChannels, kGpuPeerChannels);
+  }
+}
+
 TEST(Selector, HonoursTheEnvironment) {
   {
     EnvGuard g("NCCL_ALGO", "Tree");
