@@ -186,8 +186,8 @@ class Communicator : public StallListener {
   std::unique_ptr<BufferRegistry> buffers_;
   std::unique_ptr<ChannelSet> channels_;
   Schedule schedule_, topoSchedule_;
-  std::vector<std::string>
-      nearNics_;  // GPU backend: PCI addresses of the NICs nearest the GPU, nearest first
+  // GPU backend: the PCI addresses of the NICs nearest the GPU, nearest first.
+  std::vector<std::string> nearNics_;
   // Runs the search inside this node; returns the index of the GPU with bus
   // id `busId` in its topology, -1 if absent.
   int searchLocalTopology(const std::string& busId);

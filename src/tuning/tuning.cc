@@ -226,8 +226,8 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         if (in.gpu) {
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kGpuBytesPerChannel), minCh, maxCh);
           // Direct runs over the point-to-point channels. With 2 ranks it
-          // moves a ring's bytes in half its steps, so without this bound
-          // it would win at every size, at half the ring's channels.
+          // moves a ring's bytes in half the steps: unbounded here, it
+          // would win at every size and then run on half the channels.
           if (ai == static_cast<int>(Algo::Direct)) nch = std::min(nch, kGpuPeerChannels);
         } else if (ai != static_cast<int>(Algo::Direct)) {
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kBytesPerChannel), minCh, maxCh);
