@@ -9,8 +9,6 @@
 using namespace braid;
 
 namespace {
-constexpr const char* kNotYet = "symmetric memory windows";
-
 Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   BRAID_CHECK(api::checkNotNull(comm, "comm"));
   if (nranks < 1) return invalidArgument("argument 'nranks' is ", nranks, "; it must be at least 1");
@@ -234,17 +232,48 @@ BRAID_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle)
       },
       comm);
 }
-BRAID_COMM_ENTRY(kNotYet, ncclCommWindowRegister,
-                 BRAID_ARGS(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags), {
-                   BRAID_CHECK(api::checkNotNull(buff, "buff"));
-                   BRAID_CHECK(api::checkNotNull(win, "win"));
-                   if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
-                     return invalidArgument("argument 'winFlags' is ", winFlags,
-                                            "; use NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC");
-                   }
-                 })
-BRAID_COMM_ENTRY(kNotYet, ncclCommWindowDeregister, BRAID_ARGS(ncclComm_t comm, ncclWindow_t win),
-                 { BRAID_CHECK(api::checkNotNull(win, "win")); })
+// Windows (NCCL 2.27+): recorded like registered buffers. Braid has no
+// symmetric kernels yet, so collectives on a window run as on any buffer.
+BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+          int winFlags) {
+  return api::apiGuard(
+      "ncclCommWindowRegister",
+      [&]() -> Status {
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(api::checkNotNull(buff, "buff"));
+        BRAID_CHECK(api::checkNotNull(win, "win"));
+        *win = nullptr;
+        if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
+          return invalidArgument("argument 'winFlags' is ", winFlags,
+                                 "; use NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC");
+        }
+        if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) != 0 &&
+            reinterpret_cast<uintptr_t>(buff) % NCCL_WIN_REQUIRED_ALIGNMENT != 0) {
+          return invalidArgument("argument 'buff' (", buff, ") is not aligned to ",
+                                 NCCL_WIN_REQUIRED_ALIGNMENT,
+                                 " bytes (NCCL_WIN_REQUIRED_ALIGNMENT), which a symmetric window needs; "
+                                 "allocate it with ncclMemAlloc");
+        }
+        void* handle = nullptr;
+        BRAID_CHECK(c->buffers().add(buff, size, &handle, BufferRegistry::Kind::Window));
+        *win = reinterpret_cast<ncclWindow_t>(handle);
+        return okStatus();
+      },
+      comm);
+}
+
+BRAID_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  return api::apiGuard(
+      "ncclCommWindowDeregister",
+      [&]() -> Status {
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(api::checkNotNull(win, "win"));
+        return c->buffers().remove(win, BufferRegistry::Kind::Window);
+      },
+      comm);
+}
 // NCCL 2.28's device API (nccl_device/core.h, not nccl.h): device
 // communicators for user kernels. PyTorch's libtorch_cuda.so links these two,
 // so a drop-in must define them; the requirement and result structures are

@@ -59,7 +59,13 @@ Status memFree(void* ptr) {
   return okStatus();
 }
 
-Status BufferRegistry::add(void* buff, size_t size, void** handle) {
+namespace {
+const char* registerName(BufferRegistry::Kind k) {
+  return k == BufferRegistry::Kind::Window ? "ncclCommWindowRegister" : "ncclCommRegister";
+}
+}  // namespace
+
+Status BufferRegistry::add(void* buff, size_t size, void** handle, Kind kind) {
   *handle = nullptr;
   if (gpu_ >= 0) {
     int device = -1;
@@ -78,22 +84,25 @@ Status BufferRegistry::add(void* buff, size_t size, void** handle) {
   const uintptr_t id = ++lastId;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_[id] = Entry{buff, size};
+    entries_[id] = Entry{buff, size, kind};
   }
   *handle = reinterpret_cast<void*>(id);
-  BRAID_INFO(kLogAlloc, "ncclCommRegister %p (%zu bytes): handle %p", buff, size, *handle);
+  BRAID_INFO(
+      kLogAlloc, "%s %p (%zu bytes): handle %p%s", registerName(kind), buff, size, *handle,
+      kind == Kind::Window ? " (no symmetric kernels yet: collectives on it run as on any buffer)" : "");
   return okStatus();
 }
 
-Status BufferRegistry::remove(void* handle) {
+Status BufferRegistry::remove(void* handle, Kind kind) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(reinterpret_cast<uintptr_t>(handle));
-  if (it == entries_.end()) {
-    return invalidArgument("argument 'handle' (", handle,
-                           ") was not returned by ncclCommRegister on this communicator, or was deregistered "
-                           "already");
+  if (it == entries_.end() || it->second.kind != kind) {
+    return invalidArgument("argument '", kind == Kind::Window ? "win" : "handle", "' (", handle,
+                           ") was not returned by ", registerName(kind),
+                           " on this communicator, or was deregistered already");
   }
-  BRAID_INFO(kLogAlloc, "ncclCommDeregister %p (%zu bytes at %p)", handle, it->second.size, it->second.base);
+  BRAID_INFO(kLogAlloc, "%s: deregistered %p (%zu bytes at %p)", registerName(kind), handle, it->second.size,
+             it->second.base);
   entries_.erase(it);
   return okStatus();
 }

@@ -17,26 +17,31 @@ Status memAlloc(void** ptr, size_t bytes);
 // Frees memory from memAlloc; anything else is ncclInvalidArgument.
 Status memFree(void* ptr);
 
-// The buffers registered with one communicator (ncclCommRegister /
-// ncclCommDeregister). A GPU communicator accepts memory of its own GPU
-// only; a host communicator any host memory. Handles are checked before
-// use: a foreign, stale or twice-deregistered handle is an error, never a
-// crash. Registrations left at destroy are released. Thread-safe.
+// The buffers registered with one communicator: ncclCommRegister /
+// ncclCommDeregister (kind Buffer) and ncclCommWindowRegister /
+// ncclCommWindowDeregister (kind Window). A GPU communicator accepts memory
+// of its own GPU only; a host communicator any host memory. Handles are
+// checked before use: a foreign, stale or twice-deregistered handle, or one
+// of the other kind, is an error, never a crash. Registrations left at
+// destroy are released. Thread-safe.
 //
 // Registration is a promise about a buffer's lifetime, as in NCCL; the
-// kernels do not read it yet (no zero-copy path is built: collectives on a
-// registered buffer run as on any other).
+// kernels do not read it yet (no zero-copy path and no symmetric kernels
+// are built: collectives on a registered buffer or a window run as on any
+// other).
 class BufferRegistry {
  public:
+  enum class Kind { Buffer, Window };
   // `gpu`: the communicator's GPU, or -1 for a host communicator.
   explicit BufferRegistry(int gpu) : gpu_(gpu) {}
-  Status add(void* buff, size_t size, void** handle);
-  Status remove(void* handle);
+  Status add(void* buff, size_t size, void** handle, Kind kind = Kind::Buffer);
+  Status remove(void* handle, Kind kind = Kind::Buffer);
 
  private:
   struct Entry {
     const void* base;
     size_t size;
+    Kind kind;
   };
   int gpu_;
   std::mutex mu_;

@@ -4,6 +4,7 @@
 // GPUs a test needs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -137,6 +138,25 @@ TEST(GpuComm, RegisterBuffersOfItsGpu) {
         }
         if (!err.empty()) return err;
         if (got != host) return "the all-reduce on registered buffers gave wrong values";
+        // A symmetric window on ncclMemAlloc memory: checked like a buffer
+        // (host memory refused), and a collective into it is right.
+        ncclWindow_t win = nullptr, bad = nullptr;
+        if (ncclCommWindowRegister(comm, host.data(), 4096, &bad, NCCL_WIN_DEFAULT) != ncclInvalidArgument)
+          return "a window on host memory was not refused";
+        err = check(ncclCommWindowRegister(comm, a, count * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC),
+                    "ncclCommWindowRegister");
+        if (err.empty())
+          err = check(ncclAllReduce(b, a, count, ncclFloat, ncclSum, comm, nullptr), "into a window");
+        if (err.empty() && hipDeviceSynchronize() != hipSuccess) err = "synchronize";
+        std::fill(got.begin(), got.end(), -1.0f);
+        if (err.empty() &&
+            hipMemcpy(got.data(), a, count * sizeof(float), hipMemcpyDeviceToHost) != hipSuccess) {
+          err = "copy out of the window";
+        }
+        if (!err.empty()) return err;
+        if (got != host) return "the all-reduce into a window gave wrong values";
+        err = check(ncclCommWindowDeregister(comm, win), "ncclCommWindowDeregister");
+        if (!err.empty()) return err;
         err = check(ncclCommDeregister(comm, ha), "ncclCommDeregister");
         if (err.empty() && ncclCommDeregister(comm, ha) != ncclInvalidArgument)
           err = "a second deregister succeeded";

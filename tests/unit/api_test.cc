@@ -145,17 +145,13 @@ TEST(Api, BadInputTable) {
 
 TEST(Api, FeaturesNotBuiltSaySo) {
   ASSERT_NE(liveComm(), nullptr);
-  float buf[4];
-  ncclWindow_t win = nullptr;
-  EXPECT_EQ(ncclCommWindowRegister(liveComm(), buf, sizeof(buf), &win, NCCL_WIN_DEFAULT), ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
-  // The communicator keeps its own last error too.
-  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclCommWindowRegister"), std::string::npos);
-
   // The device API: PyTorch links it, Braid refuses it with a reason.
   char reqs[64] = {}, devComm[256] = {};
   EXPECT_EQ(ncclDevCommCreate(liveComm(), reqs, devComm), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("device API"), std::string::npos);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
+  // The communicator keeps its own last error too.
+  EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclDevCommCreate"), std::string::npos);
   EXPECT_EQ(ncclDevCommCreate(liveComm(), nullptr, devComm), ncclInvalidArgument);
   EXPECT_EQ(ncclDevCommCreate(nullptr, reqs, devComm), ncclInvalidArgument);
   EXPECT_EQ(ncclDevCommDestroy(liveComm(), devComm), ncclInvalidUsage);
@@ -187,6 +183,51 @@ TEST(Api, RegisterAndDeregisterBuffers) {
   EXPECT_EQ(ncclCommRegister(liveComm(), in, 16, nullptr), ncclInvalidArgument);
   EXPECT_EQ(ncclCommRegister(nullptr, in, 16, &hin), ncclInvalidArgument);
   EXPECT_EQ(ncclCommDeregister(liveComm(), hout), ncclSuccess);
+}
+
+// Windows (ncclCommWindowRegister): recorded like registered buffers, a
+// collective on one runs as on any buffer, and a buffer handle is not a
+// window (nor the reverse).
+TEST(Api, RegisterAndDeregisterWindows) {
+  ASSERT_NE(liveComm(), nullptr);
+  void* mem = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&mem, 4096), ncclSuccess);  // page-aligned: fit for a symmetric window
+  float* in = static_cast<float*>(mem);
+  float out[8] = {};
+  for (int i = 0; i < 8; ++i) in[i] = static_cast<float>(i);
+  ncclWindow_t win = nullptr, plain = nullptr;
+  ASSERT_EQ(ncclCommWindowRegister(liveComm(), mem, 4096, &win, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  ASSERT_EQ(ncclCommWindowRegister(liveComm(), out, sizeof(out), &plain, NCCL_WIN_DEFAULT), ncclSuccess);
+  EXPECT_NE(win, nullptr);
+  EXPECT_NE(win, plain);
+  ASSERT_EQ(ncclAllReduce(in, out, 8, ncclFloat, ncclSum, liveComm(), nullptr), ncclSuccess);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], static_cast<float>(i));  // one rank
+
+  // Bad arguments: named, and *win cleared.
+  ncclWindow_t w = win;
+  EXPECT_EQ(ncclCommWindowRegister(liveComm(), in + 1, 16, &w, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("NCCL_WIN_REQUIRED_ALIGNMENT"), std::string::npos);
+  EXPECT_EQ(w, nullptr);
+  EXPECT_EQ(ncclCommWindowRegister(liveComm(), in, 16, &w, 0x10), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("'winFlags'"), std::string::npos);
+  EXPECT_EQ(ncclCommWindowRegister(liveComm(), nullptr, 16, &w, NCCL_WIN_DEFAULT), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommWindowRegister(liveComm(), in, 16, nullptr, NCCL_WIN_DEFAULT), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommWindowRegister(nullptr, in, 16, &w, NCCL_WIN_DEFAULT), ncclInvalidArgument);
+
+  // Kinds do not mix: a window is not a buffer handle, nor the reverse.
+  void* handle = nullptr;
+  ASSERT_EQ(ncclCommRegister(liveComm(), in, 16, &handle), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(liveComm(), reinterpret_cast<ncclWindow_t>(handle)),
+            ncclInvalidArgument);
+  EXPECT_EQ(ncclCommDeregister(liveComm(), win), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommDeregister(liveComm(), handle), ncclSuccess);
+
+  EXPECT_EQ(ncclCommWindowDeregister(liveComm(), win), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(liveComm(), win), ncclInvalidArgument);  // twice
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("'win'"), std::string::npos);
+  EXPECT_EQ(ncclCommWindowDeregister(liveComm(), nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommWindowDeregister(liveComm(), plain), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(mem), ncclSuccess);
 }
 
 TEST(Api, PreMulSumOperators) {
