@@ -339,33 +339,47 @@ std::string groupChecks(const std::vector<ncclComm_t>& comms, std::vector<std::u
   return "";
 }
 
+// One thread drives `g.ranks` communicators in groups (GPU deviceOf(r) each).
+std::string driveInGroups(const GpuRanks& g) {
+  const int n = g.ranks;
+  std::vector<ncclComm_t> comms;
+  std::string err = initAll(g, &comms);
+  if (!err.empty()) return err;
+  std::vector<hipStream_t> streams(static_cast<size_t>(n), nullptr);
+  std::vector<std::unique_ptr<GpuMemory>> mems;
+  for (int r = 0; r < n && err.empty(); ++r) {
+    err = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
+    if (err.empty()) {
+      err = hipCheck(hipStreamCreateWithFlags(&streams[static_cast<size_t>(r)], hipStreamNonBlocking),
+                     "hipStreamCreateWithFlags");
+    }
+    mems.push_back(
+        std::make_unique<GpuMemory>(g.deviceOf(r), streams[static_cast<size_t>(r)], kSyncTimeoutSec));
+  }
+  if (err.empty()) err = groupChecks(comms, mems);
+  bool wedged = false;
+  for (auto& m : mems) wedged = wedged || m->wedged();
+  for (int r = 0; r < n && !wedged; ++r) {
+    if (streams[static_cast<size_t>(r)] != nullptr) hipStreamDestroy(streams[static_cast<size_t>(r)]);
+  }
+  return err + endAll(comms, !err.empty());
+}
+
 TEST(GpuCollGroup, OneThreadDrivesAllGpus) {
   BRAID_NEED_A_GPU(g);
-  auto body = [g]() -> std::string {
-    const int n = g.ranks;
-    std::vector<ncclComm_t> comms;
-    std::string err = initAll(g, &comms);
-    if (!err.empty()) return err;
-    std::vector<hipStream_t> streams(static_cast<size_t>(n), nullptr);
-    std::vector<std::unique_ptr<GpuMemory>> mems;
-    for (int r = 0; r < n && err.empty(); ++r) {
-      err = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
-      if (err.empty()) {
-        err = hipCheck(hipStreamCreateWithFlags(&streams[static_cast<size_t>(r)], hipStreamNonBlocking),
-                       "hipStreamCreateWithFlags");
-      }
-      mems.push_back(
-          std::make_unique<GpuMemory>(g.deviceOf(r), streams[static_cast<size_t>(r)], kSyncTimeoutSec));
-    }
-    if (err.empty()) err = groupChecks(comms, mems);
-    bool wedged = false;
-    for (auto& m : mems) wedged = wedged || m->wedged();
-    for (int r = 0; r < n && !wedged; ++r) {
-      if (streams[static_cast<size_t>(r)] != nullptr) hipStreamDestroy(streams[static_cast<size_t>(r)]);
-    }
-    return err + endAll(comms, !err.empty());
-  };
-  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec), "");
+  EXPECT_EQ(inOneChild(
+                g, [g] { return driveInGroups(g); }, kQuickTimeoutSec),
+            "");
+}
+
+// Four ranks (sharing GPUs where there are fewer): the one-shot all-reduce
+// over three peers, which small counts take, and rings of four.
+TEST(GpuCollGroup, OneThreadDrivesFourRanks) {
+  BRAID_NEED_A_GPU(g0);
+  const GpuRanks g{4, g0.gpus};
+  EXPECT_EQ(inOneChild(
+                g, [g] { return driveInGroups(g); }, kQuickTimeoutSec),
+            "");
 }
 
 // --- (e): teams split from a communicator ---------------------------------------
