@@ -340,8 +340,7 @@ Status enqueueCollective(Communicator* comm, const CollArgs& args) {
     BRAID_CHECK(comm->redOps().resolve(args.op, args.datatype));
   }
   if (groupDepth() > 0) {
-    CollArgs copy = args;
-    groupDefer(comm, [comm, copy] { return runNow(comm, copy); });
+    groupDefer(comm, args, runNow);
     return okStatus();
   }
   return runNow(comm, args);

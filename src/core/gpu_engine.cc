@@ -117,6 +117,8 @@ class GpuEngineImpl final : public GpuEngine {
     DevEnd* end;
   };
 
+  // Makes the communicator's GPU the calling thread's current one.
+  Status useDevice() const;
   // The kernel's algorithm and channel count for a collective.
   void plan(const CollArgs& a, const TuneChoice& choice, device::DevAlgo* algo, int* nch) const;
   bool peersConnected(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) const;
@@ -154,6 +156,7 @@ class GpuEngineImpl final : public GpuEngine {
   int device_;
   std::vector<int> peerDevice_;  // each rank's GPU in this process's numbering (-1: not visible)
   std::vector<int> nodeOf_;      // each rank's host, numbered in order of first appearance
+  std::vector<int> others_;      // every rank but this one: a one-shot's peers
   uint64_t netWatch_ = 0;        // the net error sink's call that raises the abort flag
   hipStream_t setup_ = nullptr;           // non-blocking, never captured: setup work only
   int32_t* abortFlag_ = nullptr;          // host-mapped
@@ -253,6 +256,8 @@ Status GpuEngineImpl::init() {
   CaptureTolerant tolerant;
   BRAID_CHECK(gpuCheck(hipStreamCreateWithFlags(&setup_, hipStreamNonBlocking), "creating the setup stream"));
   peerDevice_.assign(static_cast<size_t>(n), -1);
+  for (int r = 0; r < n; ++r)
+    if (r != comm_->rank()) others_.push_back(r);
   nodeOf_.assign(static_cast<size_t>(n), 0);
   std::vector<uint64_t> hosts;
   for (int r = 0; r < n; ++r) {
@@ -493,12 +498,7 @@ bool GpuEngineImpl::ready(const CollArgs& a, const TuneChoice& choice) const {
   switch (algo) {
     case device::DevAlgo::Ring: return nch <= ringConnected_;
     case device::DevAlgo::Tree: return nch <= treeConnected_;
-    default: {
-      std::vector<int> all;
-      for (int p = 0; p < comm_->nranks(); ++p)
-        if (p != comm_->rank()) all.push_back(p);
-      return peersConnected(nch, all, all);
-    }
+    default: return peersConnected(nch, others_, others_);
   }
 }
 
@@ -531,8 +531,14 @@ GpuEngineImpl::P2pNeeds GpuEngineImpl::p2pNeeds(const std::vector<P2pOp>& ops) c
   return n;
 }
 
+Status GpuEngineImpl::useDevice() const {
+  int current = -1;
+  if (hipGetDevice(&current) == hipSuccess && current == device_) return okStatus();
+  return gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU");
+}
+
 Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) {
-  BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
+  BRAID_CHECK(useDevice());
   BRAID_CHECK(deviceStatus());
   const int n = comm_->nranks();
   DevCollArgs d;
@@ -557,30 +563,32 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   int nch = 1;
   plan(a, choice, &d.algo, &nch);
   d.nChannels = nch;
-  if (groupMustNotBlock() && !ready(a, choice)) return groupWouldBlock();
-  CaptureTolerant tolerant;
-  if (n > 1 && d.algo == device::DevAlgo::Direct) {
-    std::vector<int> all;
-    for (int p = 0; p < n; ++p)
-      if (p != comm_->rank()) all.push_back(p);
-    BRAID_CHECK(ensurePeers(nch, all, all));
-  } else if (d.algo == device::DevAlgo::Tree) {
-    BRAID_CHECK(ensureTree(nch));
-  } else if (n > 1) {
-    BRAID_CHECK(ensureRing(nch));
+  if (!ready(a, choice)) {
+    if (groupMustNotBlock()) return groupWouldBlock();
+    CaptureTolerant tolerant;
+    if (n > 1 && d.algo == device::DevAlgo::Direct) {
+      BRAID_CHECK(ensurePeers(nch, others_, others_));
+    } else if (d.algo == device::DevAlgo::Tree) {
+      BRAID_CHECK(ensureTree(nch));
+    } else if (n > 1) {
+      BRAID_CHECK(ensureRing(nch));
+    }
   }
   return device::launchCollective(a.datatype, devOp(a.op), choice.proto, d, a.stream);
 }
 
 Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
-  if (groupMustNotBlock() && !ready(ops)) return groupWouldBlock();
-  BRAID_CHECK(gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU"));
+  const P2pNeeds needs = p2pNeeds(ops);
+  const bool connected = peersConnected(needs.channels, needs.sendPeers, needs.recvPeers);
+  if (groupMustNotBlock() && !connected) return groupWouldBlock();
+  BRAID_CHECK(useDevice());
   BRAID_CHECK(deviceStatus());
   hipStream_t s = static_cast<hipStream_t>(stream);
   const int me = comm_->rank();
   // Sends to and receives from oneself pair up in call order: copies.
   std::vector<const P2pOp*> selfSends, selfRecvs;
   std::vector<const P2pOp*> remote;
+  remote.reserve(ops.size());
   for (const P2pOp& op : ops) {
     if (op.peer == me) {
       (op.isSend ? selfSends : selfRecvs).push_back(&op);
@@ -604,60 +612,59 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
     }
   }
   if (remote.empty()) return okStatus();
-  // Every (peer, direction) gets its messages cut into parts over its peer
-  // channels, in call order; one block per connector used moves its parts
-  // in order. The peer cuts its matching messages the same way.
-  struct Link {
-    int peer;
-    bool send;
-    bool operator<(const Link& o) const { return peer != o.peer ? peer < o.peer : send < o.send; }
+  // Every link (peer, direction) gets its messages cut into parts over its
+  // peer channels, in call order; one block per connector used moves its
+  // parts in order. The peer cuts its matching messages the same way.
+  auto linkBefore = [](const P2pOp* x, const P2pOp* y) {
+    return x->peer != y->peer ? x->peer < y->peer : x->isSend < y->isSend;
   };
-  std::map<Link, std::vector<const P2pOp*>> byLink;
-  for (const P2pOp* op : remote) byLink[{op->peer, op->isSend}].push_back(op);
-  if (byLink.size() > static_cast<size_t>(device::kDevMaxP2pBlocks)) {
-    return invalidUsage("a group on one communicator sends to or receives from ", byLink.size(),
-                        " peers; one GPU launch serves at most ", device::kDevMaxP2pBlocks, " in this release");
+  std::stable_sort(remote.begin(), remote.end(), linkBefore);
+  size_t links = 0;
+  for (size_t i = 0; i < remote.size(); ++i) links += i == 0 || linkBefore(remote[i - 1], remote[i]) ? 1 : 0;
+  if (links > static_cast<size_t>(device::kDevMaxP2pBlocks)) {
+    return invalidUsage("a group on one communicator sends to or receives from ", links,
+                        " peers; one GPU launch serves at most ", device::kDevMaxP2pBlocks,
+                        " in this release");
   }
-  const P2pNeeds needs = p2pNeeds(ops);
-  const int needChannels = needs.channels;
-  {
+  if (!connected) {
     CaptureTolerant tolerant;
-    BRAID_CHECK(ensurePeers(needChannels, needs.sendPeers, needs.recvPeers));
+    BRAID_CHECK(ensurePeers(needs.channels, needs.sendPeers, needs.recvPeers));
   }
   DevP2pArgs args;
   args.nranks = comm_->nranks();
   args.ctx = ctx();
   args.sendConns = devPeerSend_;
   args.recvConns = devPeerRecv_;
-  int nsegs = 0;
-  for (const auto& [link, list] : byLink) {
-    // Segments per channel of this link, in call order.
-    std::vector<std::vector<device::DevP2pSeg>> perChannel(static_cast<size_t>(needChannels));
+  for (size_t first = 0; first < remote.size();) {
+    size_t last = first + 1;
+    while (last < remote.size() && !linkBefore(remote[first], remote[last])) ++last;
     int used = 0;
-    for (const P2pOp* op : list) {
-      const int k = p2pChannelsFor(op->bytes);
-      char* buf = op->isSend ? const_cast<char*>(static_cast<const char*>(op->sendBuf)) : static_cast<char*>(op->recvBuf);
-      for (int c = 0; c < k; ++c) {
+    for (size_t i = first; i < last; ++i) used = std::max(used, p2pChannelsFor(remote[i]->bytes));
+    for (int c = 0; c < used; ++c) {
+      device::DevP2pBlock& b = args.blocks[args.nBlocks++];
+      b.peer = remote[first]->peer;
+      b.isSend = remote[first]->isSend ? 1 : 0;
+      b.channel = c;
+      b.segBegin = static_cast<int16_t>(args.nSegs);
+      for (size_t i = first; i < last; ++i) {
+        const P2pOp* op = remote[i];
+        const int k = p2pChannelsFor(op->bytes);
+        if (c >= k) continue;
+        if (args.nSegs == device::kDevMaxP2pSegs) {
+          return invalidUsage(
+              "a group on one communicator holds more sends and receives than one GPU launch "
+              "serves in this release (",
+              device::kDevMaxP2pSegs, " message parts)");
+        }
+        char* buf = op->isSend ? const_cast<char*>(static_cast<const char*>(op->sendBuf))
+                               : static_cast<char*>(op->recvBuf);
         uint64_t lo = 0, len = 0;
         device::channelPart(op->bytes, 1, k, c, &lo, &len);
-        perChannel[static_cast<size_t>(c)].push_back({buf + lo, len});
+        args.segs[args.nSegs++] = {buf + lo, len};
       }
-      used = std::max(used, k);
+      b.segEnd = static_cast<int16_t>(args.nSegs);
     }
-    for (int c = 0; c < used; ++c) {
-      const auto& segs = perChannel[static_cast<size_t>(c)];
-      if (nsegs + static_cast<int>(segs.size()) > device::kDevMaxP2pSegs) {
-        return invalidUsage("a group on one communicator holds more sends and receives than one GPU launch "
-                            "serves in this release (", device::kDevMaxP2pSegs, " message parts)");
-      }
-      device::DevP2pBlock& b = args.blocks[args.nBlocks++];
-      b.peer = link.peer;
-      b.isSend = link.send ? 1 : 0;
-      b.channel = c;
-      b.segBegin = static_cast<int16_t>(nsegs);
-      for (const auto& seg : segs) args.segs[nsegs++] = seg;
-      b.segEnd = static_cast<int16_t>(nsegs);
-    }
+    first = last;
   }
   return device::launchP2p(args, stream);
 }

@@ -1,12 +1,12 @@
 #include "core/group.h"
 
-#include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "core/comm.h"
+#include "core/enqueue.h"
 #include "core/p2p.h"
 #include "nccl.h"
 
@@ -15,7 +15,8 @@ namespace {
 
 struct Deferred {
   Communicator* comm;
-  std::function<Status()> collective;  // empty for a send or receive
+  DeferredCollective collective;  // null for a send or receive
+  CollArgs args;
   P2pOp p2p;
 };
 
@@ -69,7 +70,7 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
     }
     flush(i);
     if (stopped) break;
-    Status s = d->collective();
+    Status s = d->collective(comm, d->args);
     if (isGroupWouldBlock(s)) {
       stopped = true;
       *next = i;
@@ -90,8 +91,12 @@ bool isGroupWouldBlock(const Status& s) { return s.code() == ncclInProgress && s
 
 void groupDeferInit(Communicator* comm, bool blocking) { tlsInits.push_back({comm->outcome(), blocking}); }
 
-void groupDefer(Communicator* comm, std::function<Status()> op) { ops().push_back({comm, std::move(op), P2pOp{}}); }
-void groupDeferP2p(Communicator* comm, const P2pOp& op) { ops().push_back({comm, nullptr, op}); }
+void groupDefer(Communicator* comm, const CollArgs& args, DeferredCollective run) {
+  ops().push_back({comm, run, args, P2pOp{}});
+}
+void groupDeferP2p(Communicator* comm, const P2pOp& op) {
+  ops().push_back({comm, nullptr, CollArgs{}, op});
+}
 
 Status groupStart() {
   ++tlsDepth;
@@ -104,8 +109,19 @@ Status groupEnd(GroupSimulation* simulate) {
   }
   --tlsDepth;
   if (tlsDepth > 0) return okStatus();
+  // The thread's list is handed over (operations of a group started while
+  // this one runs go to a fresh list) and its storage kept for the next group.
+  thread_local std::vector<Deferred> spare;
   std::vector<Deferred> pending;
+  pending.swap(spare);
   pending.swap(ops());
+  struct Reuse {
+    std::vector<Deferred>& list;
+    ~Reuse() {
+      list.clear();
+      if (spare.capacity() < list.capacity()) spare.swap(list);
+    }
+  } reuse{pending};
   std::vector<PendingInit> inits;
   inits.swap(tlsInits);
   // Inits first: the group's operations may use the communicators. The
@@ -127,19 +143,26 @@ Status groupEnd(GroupSimulation* simulate) {
     simulate->estimatedTimeUs = pending.empty() ? 0.0f : NCCL_UNDEF_FLOAT;
     return okStatus();
   }
-  std::map<Communicator*, std::vector<const Deferred*>> byComm;
+  // Each communicator's operations in call order; communicators in order of
+  // first use (a group rarely spans more than a few).
   std::vector<Communicator*> order;
+  std::vector<std::vector<const Deferred*>> lists;
   for (const Deferred& d : pending) {
-    auto& list = byComm[d.comm];
-    if (list.empty()) order.push_back(d.comm);
-    list.push_back(&d);
+    size_t i = order.size();
+    while (i > 0 && order[i - 1] != d.comm) --i;
+    if (i == 0) {
+      order.push_back(d.comm);
+      lists.emplace_back();
+      i = order.size();
+    }
+    lists[i - 1].push_back(&d);
   }
   const Status done = inProgress ? Status(ncclInProgress, "non-blocking initialization continues in the background")
                                  : okStatus();
   if (order.size() <= 1) {
     if (order.empty()) return done;
     size_t next = 0;
-    BRAID_CHECK(runForComm(order[0], byComm[order[0]], &next));
+    BRAID_CHECK(runForComm(order[0], lists[0], &next));
     return done;
   }
   // Several communicators: each progresses on its own thread, since their
@@ -152,14 +175,14 @@ Status groupEnd(GroupSimulation* simulate) {
   for (Communicator* c : order) allGpu &= c->backend() == Backend::Gpu;
   if (allGpu) {
     tlsNoBlock = true;
-    for (size_t i = 0; i < order.size(); ++i) results[i] = runForComm(order[i], byComm[order[i]], &next[i]);
+    for (size_t i = 0; i < order.size(); ++i) results[i] = runForComm(order[i], lists[i], &next[i]);
     tlsNoBlock = false;
   }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < order.size(); ++i) {
-    if (next[i] >= byComm[order[i]].size()) continue;
+    if (next[i] >= lists[i].size()) continue;
     threads.emplace_back([&, i] {
-      Status s = runForComm(order[i], byComm[order[i]], &next[i]);
+      Status s = runForComm(order[i], lists[i], &next[i]);
       if (results[i].ok()) results[i] = s;
     });
   }

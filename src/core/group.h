@@ -9,13 +9,12 @@
 // an End without a Start is ncclInvalidUsage. The state is thread-local.
 #pragma once
 
-#include <functional>
-
 #include "util/status.h"
 
 namespace braid {
 
 class Communicator;
+struct CollArgs;
 struct P2pOp;
 
 struct GroupSimulation {
@@ -33,8 +32,9 @@ int groupDepth();
 // drives); the outermost ncclGroupEnd waits for the blocking ones and
 // returns the first failure, before it runs any collected operation.
 void groupDeferInit(Communicator* comm, bool blocking);
-// Inside a group: run `op` on `comm` at the outermost ncclGroupEnd.
-void groupDefer(Communicator* comm, std::function<Status()> op);
+// Inside a group: run `run(comm, args)` at the outermost ncclGroupEnd.
+using DeferredCollective = Status (*)(Communicator* comm, const CollArgs& args);
+void groupDefer(Communicator* comm, const CollArgs& args, DeferredCollective run);
 void groupDeferP2p(Communicator* comm, const P2pOp& op);
 
 // One thread drives several GPU communicators at ncclGroupEnd: their

@@ -89,15 +89,22 @@ struct DevP2pBlock {
 constexpr int kDevMaxP2pBlocks = 64;
 constexpr int kDevMaxP2pSegs = 128;
 
-struct DevP2pArgs {
+template <int MaxBlocks, int MaxSegs>
+struct DevP2pArgsOf {
+  static constexpr int kMaxBlocks = MaxBlocks, kMaxSegs = MaxSegs;
   int32_t nBlocks = 0;
+  int32_t nSegs = 0;
   int32_t nranks = 1;
   DevCtx ctx;
   const DevConn* sendConns = nullptr;  // device memory: [channel * nranks + peer]
   const DevConn* recvConns = nullptr;
-  DevP2pBlock blocks[kDevMaxP2pBlocks];
-  DevP2pSeg segs[kDevMaxP2pSegs];
+  DevP2pBlock blocks[MaxBlocks];
+  DevP2pSeg segs[MaxSegs];
 };
+// What the host fills; a group that fits the small form is launched with it
+// (kernel parameters are copied at every launch).
+using DevP2pArgs = DevP2pArgsOf<kDevMaxP2pBlocks, kDevMaxP2pSegs>;
+using DevP2pArgsSmall = DevP2pArgsOf<8, 16>;
 static_assert(sizeof(DevP2pArgs) < 4000, "kernel parameters stay under 4 KB (HIP's limit)");
 
 // Channel c's part of `count` elements: contiguous, 64-byte aligned (the

@@ -12,7 +12,8 @@
 namespace braid::device {
 namespace {
 
-__global__ void __launch_bounds__(kDevThreads) p2pKernel(DevP2pArgs a) {
+template <typename Args>
+__global__ void __launch_bounds__(kDevThreads) p2pKernel(Args a) {
   __shared__ int sFail;
   if (threadIdx.x == 0) sFail = 0;
   __syncthreads();
@@ -40,17 +41,34 @@ __global__ void __launch_bounds__(kDevThreads) p2pKernel(DevP2pArgs a) {
   p.finish();
 }
 
-}  // namespace
-
-Status launchP2p(const DevP2pArgs& args, void* stream) {
-  if (args.nBlocks <= 0) return okStatus();
-  hipLaunchKernelGGL(p2pKernel, dim3(static_cast<unsigned>(args.nBlocks)), dim3(kDevThreads), 0,
+template <typename Args>
+Status launchAs(const Args& args, void* stream) {
+  hipLaunchKernelGGL(p2pKernel<Args>, dim3(static_cast<unsigned>(args.nBlocks)), dim3(kDevThreads), 0,
                      static_cast<hipStream_t>(stream), args);
   hipError_t e = hipGetLastError();
   if (e != hipSuccess) {
     return Status(ncclUnhandledCudaError, strCat("launching the point-to-point kernel: ", hipGetErrorString(e)));
   }
   return okStatus();
+}
+
+}  // namespace
+
+Status launchP2p(const DevP2pArgs& args, void* stream) {
+  if (args.nBlocks <= 0) return okStatus();
+  if (args.nBlocks > DevP2pArgsSmall::kMaxBlocks || args.nSegs > DevP2pArgsSmall::kMaxSegs) {
+    return launchAs(args, stream);
+  }
+  DevP2pArgsSmall small;
+  small.nBlocks = args.nBlocks;
+  small.nSegs = args.nSegs;
+  small.nranks = args.nranks;
+  small.ctx = args.ctx;
+  small.sendConns = args.sendConns;
+  small.recvConns = args.recvConns;
+  for (int b = 0; b < args.nBlocks; ++b) small.blocks[b] = args.blocks[b];
+  for (int i = 0; i < args.nSegs; ++i) small.segs[i] = args.segs[i];
+  return launchAs(small, stream);
 }
 
 }  // namespace braid::device
