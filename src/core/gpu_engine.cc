@@ -30,6 +30,11 @@ static_assert(device::kDevTreeChildren == kMaxTreeChildren, "device tree tables 
 
 constexpr int kPeerChannels = kGpuPeerChannels;  // connectors per pair of ranks for point-to-point
 constexpr size_t kP2pBytesPerChannel = 512u << 10;  // a send or receive gets a channel per this many bytes
+// Sends to oneself up to this size are copied by blocks of the point-to-point
+// kernel, one per kSelfCopyBytesPerBlock, at most kSelfCopyMaxBlocks.
+constexpr size_t kSelfCopyInKernelMax = 1u << 20;
+constexpr size_t kSelfCopyBytesPerBlock = 128u << 10;
+constexpr size_t kSelfCopyMaxBlocks = 8;
 
 Status gpuCheck(hipError_t e, const char* what) {
   if (e == hipSuccess) return okStatus();
@@ -605,13 +610,7 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
       return invalidUsage("a send to this rank itself of ", selfSends[i]->bytes, " bytes meets a receive of ",
                           selfRecvs[i]->bytes, " bytes");
     }
-    if (selfSends[i]->bytes > 0 && selfRecvs[i]->recvBuf != selfSends[i]->sendBuf) {
-      BRAID_CHECK(gpuCheck(hipMemcpyAsync(selfRecvs[i]->recvBuf, selfSends[i]->sendBuf, selfSends[i]->bytes,
-                                          hipMemcpyDefault, s),
-                           "copying a send to oneself"));
-    }
   }
-  if (remote.empty()) return okStatus();
   // Every link (peer, direction) gets its messages cut into parts over its
   // peer channels, in call order; one block per connector used moves its
   // parts in order. The peer cuts its matching messages the same way.
@@ -665,6 +664,35 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
       b.segEnd = static_cast<int16_t>(args.nSegs);
     }
     first = last;
+  }
+  // Sends to oneself: small ones are copy blocks of this launch (a copy of
+  // its own would cost a launch); large ones, or those that do not fit, a
+  // copy on the stream.
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    const char* from = static_cast<const char*>(selfSends[i]->sendBuf);
+    char* to = static_cast<char*>(selfRecvs[i]->recvBuf);
+    const size_t bytes = selfSends[i]->bytes;
+    if (bytes == 0 || from == to) continue;
+    const int k = static_cast<int>(std::clamp<size_t>(
+        (bytes + kSelfCopyBytesPerBlock - 1) / kSelfCopyBytesPerBlock, 1, kSelfCopyMaxBlocks));
+    if (bytes > kSelfCopyInKernelMax || args.nBlocks + k > device::kDevMaxP2pBlocks ||
+        args.nSegs + 2 * k > device::kDevMaxP2pSegs) {
+      BRAID_CHECK(
+          gpuCheck(hipMemcpyAsync(to, from, bytes, hipMemcpyDefault, s), "copying a send to oneself"));
+      continue;
+    }
+    for (int c = 0; c < k; ++c) {
+      uint64_t lo = 0, len = 0;
+      device::channelPart(bytes, 1, k, c, &lo, &len);
+      device::DevP2pBlock& b = args.blocks[args.nBlocks++];
+      b.peer = me;
+      b.isSend = device::kDevP2pCopy;
+      b.channel = 0;
+      b.segBegin = static_cast<int16_t>(args.nSegs);
+      args.segs[args.nSegs++] = {const_cast<char*>(from) + lo, len};
+      args.segs[args.nSegs++] = {to + lo, len};
+      b.segEnd = static_cast<int16_t>(args.nSegs);
+    }
   }
   return device::launchP2p(args, stream);
 }

@@ -75,7 +75,9 @@ struct DevCollArgs {
 // (peer, direction, peer channel) and moves its segments in order: the
 // parts of the group's messages to or from that peer that map to that
 // channel. Both ranks cut their matching messages the same way, so their
-// blocks move matching segments in matching order.
+// blocks move matching segments in matching order. A copy block (isSend ==
+// kDevP2pCopy) moves a part of the rank's sends to itself: its segments come
+// in pairs, from and to, of equal size.
 struct DevP2pSeg {
   char* buf = nullptr;
   uint64_t bytes = 0;
@@ -86,6 +88,7 @@ struct DevP2pBlock {
   int32_t channel = 0;
   int16_t segBegin = 0, segEnd = 0;
 };
+constexpr int32_t kDevP2pCopy = 2;
 constexpr int kDevMaxP2pBlocks = 64;
 constexpr int kDevMaxP2pSegs = 128;
 

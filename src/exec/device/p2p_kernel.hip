@@ -3,7 +3,7 @@
 // sends to B while B sends to A, large messages both ways). Each block
 // drives one connector through its segments in order (dev_work.h), in
 // Simple steps; a segment takes at least one step, so zero-byte messages
-// still match.
+// still match. Copy blocks move the group's sends to oneself.
 #include "exec/device/device_prims.h"
 #include "exec/device/launch.h"
 #include "exec/reduce_ops.h"
@@ -12,12 +12,31 @@
 namespace braid::device {
 namespace {
 
+// A block's copy of `n` bytes (a send to oneself): 16 bytes at a time where
+// both ends are 16-byte aligned, else byte by byte.
+__device__ void copyBytes(const char* src, char* dst, uint64_t n) {
+  const uint64_t tid = threadIdx.x;
+  uint64_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 16 == 0) {
+    const uint64_t packs = n / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    for (uint64_t i = tid; i < packs; i += kDevThreads) d[i] = s[i];
+    done = packs * 16;
+  }
+  for (uint64_t i = done + tid; i < n; i += kDevThreads) dst[i] = src[i];
+}
+
 template <typename Args>
 __global__ void __launch_bounds__(kDevThreads) p2pKernel(Args a) {
   __shared__ int sFail;
   if (threadIdx.x == 0) sFail = 0;
   __syncthreads();
   const DevP2pBlock& blk = a.blocks[blockIdx.x];
+  if (blk.isSend == kDevP2pCopy) {
+    for (int s = blk.segBegin; s + 1 < blk.segEnd; s += 2) copyBytes(a.segs[s].buf, a.segs[s + 1].buf, a.segs[s].bytes);
+    return;
+  }
   const DevConn* conn = (blk.isSend ? a.sendConns : a.recvConns) + blk.channel * a.nranks + blk.peer;
   const int peer = blk.peer;
   using Prims = DevPrims<uint8_t, OpSum, Protocol::Simple, 1, 1>;
