@@ -115,7 +115,7 @@ BRAID_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     if (revokeFlags != NCCL_REVOKE_DEFAULT) {
       return invalidArgument("argument 'revokeFlags' is ", revokeFlags, "; it must be NCCL_REVOKE_DEFAULT (0)");
     }
-    return api::notBuiltYet("ncclCommRevoke", "communicator revocation and shrinking");
+    return api::notBuiltYet("ncclCommRevoke", "communicator revocation");
   }, comm);
 }
 
@@ -136,20 +136,31 @@ BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nccl
 
 BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
           ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  return api::apiGuard("ncclCommShrink", [&]() -> Status {
-    Communicator* c = nullptr;
-    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
-    BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
-    if (excludeRanksCount < 0) return invalidArgument("argument 'excludeRanksCount' is negative");
-    if (excludeRanksCount > 0) BRAID_CHECK(api::checkNotNull(excludeRanksList, "excludeRanksList"));
-    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
-      return invalidArgument("argument 'shrinkFlags' is ", shrinkFlags,
-                             "; use NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT");
-    }
-    CommConfig parsed;
-    BRAID_CHECK(readCommConfig(config, &parsed));
-    return api::notBuiltYet("ncclCommShrink", "communicator revocation and shrinking");
-  }, comm);
+  return api::apiGuard(
+      "ncclCommShrink",
+      [&]() -> Status {
+        // A communicator in error may be shrunk: that is how a job leaves a dead rank behind.
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
+        if (c->asyncError() == ncclInProgress) {
+          return invalidUsage(
+              "the communicator is still initializing (non-blocking init): poll "
+              "ncclCommGetAsyncError until it returns ncclSuccess");
+        }
+        if (c->finalized()) return invalidUsage("the communicator was finalized (ncclCommFinalize)");
+        BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
+        if (excludeRanksCount < 0) return invalidArgument("argument 'excludeRanksCount' is negative");
+        if (excludeRanksCount > 0) BRAID_CHECK(api::checkNotNull(excludeRanksList, "excludeRanksList"));
+        if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+          return invalidArgument("argument 'shrinkFlags' is ", shrinkFlags,
+                                 "; use NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT");
+        }
+        CommConfig parsed;
+        BRAID_CHECK(readCommConfig(config, &parsed));
+        return commShrink(c, excludeRanksList, excludeRanksCount, newcomm, config ? &parsed : nullptr,
+                          shrinkFlags == NCCL_SHRINK_ABORT);
+      },
+      comm);
 }
 
 BRAID_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {

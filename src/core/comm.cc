@@ -88,6 +88,12 @@ Communicator::~Communicator() {
 
 void Communicator::setAsyncError(const Status& status) { asyncError_.store(status.code()); }
 
+void Communicator::abortOperations() {
+  abort_.store(true);
+  GpuEngine* g = gpuView_.load();
+  if (g != nullptr) g->abort();
+}
+
 ncclResult_t Communicator::pollAsyncError() {
   GpuEngine* g = gpuView_.load();
   if (g != nullptr && asyncError_.load() == ncclSuccess) {

@@ -170,6 +170,10 @@ class Communicator : public StallListener {
   void setInitThread(std::thread t) { initThread_ = std::move(t); }
   // Raises the abort flag, waits for init to end and joins its thread.
   void stopInit(bool abort);
+  // Raises the abort flag (and the GPU kernels'): operations in flight end
+  // with an error and later ones fail; the communicator stays registered
+  // for its owner to destroy or abort (ncclCommShrink's NCCL_SHRINK_ABORT).
+  void abortOperations();
   bool sameProcess(int peer) const;  // a thread of this process (ncclCommInitAll)
 
  private:

@@ -193,6 +193,26 @@ Status commInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   return okStatus();
 }
 
+namespace {
+
+constexpr uint32_t kShrinkTag = 0x53484b00u;  // the new id, from the first remaining rank
+
+// Joins a communicator made from a parent (split, shrink) whose id its new
+// rank 0 made.
+Status initChild(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, const CommConfig& cfg) {
+  const std::vector<ncclUniqueId> ids{id};
+  Status init = commInitRank(out, nranks, ids, rank, cfg);
+  if (rank == 0 && init.ok() && groupDepth() == 0 && cfg.blocking) {
+    // Init is complete, so every member has the new table and the root this
+    // rank started is done: join its thread now rather than leave it for exit.
+    bootstrap::UniqueIdData data;
+    if (bootstrap::decodeUniqueId(id, &data).ok()) bootstrap::awaitRoot(data.root);
+  }
+  return init;
+}
+
+}  // namespace
+
 Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, const CommConfig* config) {
   *out = nullptr;
   bootstrap::Bootstrap* bs = parent->bootstrap();
@@ -225,18 +245,68 @@ Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, cons
   BRAID_CHECK(created);
   if (color == NCCL_SPLIT_NOCOLOR) return okStatus();
 
-  CommConfig cfg = config ? *config : parent->config();
-  std::vector<ncclUniqueId> newIds{ids[static_cast<size_t>(mine[0].rank)]};
   BRAID_INFO(kLogInit, "split: parent rank %d color %d key %d -> rank %d of %zu", parent->rank(), color, key,
              newRank, mine.size());
-  Status init = commInitRank(out, static_cast<int>(mine.size()), newIds, newRank, cfg);
-  if (newRank == 0 && init.ok() && groupDepth() == 0 && cfg.blocking) {
-    // Init is complete, so every member has the new table and the root this
-    // rank started is done: join its thread now rather than leave it for exit.
-    bootstrap::UniqueIdData data;
-    if (bootstrap::decodeUniqueId(newIds[0], &data).ok()) bootstrap::awaitRoot(data.root);
+  return initChild(out, static_cast<int>(mine.size()), ids[static_cast<size_t>(mine[0].rank)], newRank,
+                   config ? *config : parent->config());
+}
+
+Status commShrink(Communicator* parent, const int* exclude, int nexclude, ncclComm_t* out,
+                  const CommConfig* config, bool abortParent) {
+  *out = nullptr;
+  const int n = parent->nranks();
+  std::vector<bool> excluded(static_cast<size_t>(n), false);
+  for (int i = 0; i < nexclude; ++i) {
+    const int r = exclude[i];
+    if (r < 0 || r >= n) {
+      return invalidArgument("argument 'excludeRanksList' holds rank ", r, "; the communicator has ranks 0..",
+                             n - 1);
+    }
+    if (excluded[static_cast<size_t>(r)]) {
+      return invalidArgument("argument 'excludeRanksList' holds rank ", r, " twice");
+    }
+    excluded[static_cast<size_t>(r)] = true;
   }
-  return init;
+  if (excluded[static_cast<size_t>(parent->rank())]) {
+    return invalidUsage("rank ", parent->rank(),
+                        " is in 'excludeRanksList': only the ranks that remain call ncclCommShrink");
+  }
+  std::vector<int> remain;
+  for (int r = 0; r < n; ++r)
+    if (!excluded[static_cast<size_t>(r)]) remain.push_back(r);
+  const int newRank =
+      static_cast<int>(std::find(remain.begin(), remain.end(), parent->rank()) - remain.begin());
+  // The first remaining rank makes the id and sends it to each other one,
+  // point to point over the parent's bootstrap: no excluded rank is asked
+  // for anything. It sends even when making the id failed, so that nobody
+  // waits for it; the others then fail with its reason.
+  struct IdMessage {
+    int32_t ok;
+    ncclUniqueId id;
+  };
+  IdMessage msg;
+  std::memset(&msg, 0, sizeof(msg));
+  bootstrap::Bootstrap* bs = parent->bootstrap();
+  if (newRank == 0) {
+    Status created = getUniqueId(&msg.id);
+    msg.ok = created.ok() ? 1 : 0;
+    for (size_t i = 1; i < remain.size(); ++i) {
+      BRAID_CHECK(bs->send(remain[i], kShrinkTag, &msg, sizeof(msg))
+                      .withContext(strCat("ncclCommShrink: sending the new id to rank ", remain[i])));
+    }
+    BRAID_CHECK(created.withContext("ncclCommShrink: making the new communicator's id"));
+  } else {
+    BRAID_CHECK(bs->recv(remain[0], kShrinkTag, &msg, sizeof(msg))
+                    .withContext(strCat("ncclCommShrink: receiving the new id from rank ", remain[0])));
+    if (msg.ok == 0) {
+      return internalError("ncclCommShrink: rank ", remain[0], " could not make the new communicator's id");
+    }
+  }
+  if (abortParent) parent->abortOperations();
+  BRAID_INFO(kLogInit, "shrink: parent rank %d of %d, %d excluded -> rank %d of %zu%s", parent->rank(), n,
+             nexclude, newRank, remain.size(), abortParent ? " (parent's operations aborted)" : "");
+  return initChild(out, static_cast<int>(remain.size()), msg.id, newRank,
+                   config ? *config : parent->config());
 }
 
 Status commFinalize(Communicator* comm) {

@@ -22,6 +22,12 @@ Status commInitRank(ncclComm_t* out, int nranks, const std::vector<ncclUniqueId>
 // ndev communicators in this process, rank i on devlist[i] (or device i).
 Status commInitAll(ncclComm_t* comms, int ndev, const int* devlist);
 Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, const CommConfig* config);
+// ncclCommShrink: a communicator of the parent's ranks but `exclude`, in
+// parent rank order, made by the remaining ranks only (the excluded ones,
+// dead or not, take no part). `abortParent` (NCCL_SHRINK_ABORT) first ends
+// the parent's operations in flight, which may wait for an excluded rank.
+Status commShrink(Communicator* parent, const int* exclude, int nexclude, ncclComm_t* out,
+                  const CommConfig* config, bool abortParent);
 Status commFinalize(Communicator* comm);
 Status commDestroy(Communicator* comm);
 Status commAbort(Communicator* comm);

@@ -1,8 +1,9 @@
 // Collectives that go wrong, over forked ranks: ranks that disagree
 // (BRAID_CHECK_COLL=1 names them), a rank that never arrives (the stall
 // timeout names the collective, channel and peer; BRAID_DUMP_ON_STALL=1 logs
-// the FIFO state), a rank killed mid-collective, and ncclCommAbort from
-// another thread while a collective waits.
+// the FIFO state), a rank killed mid-collective, ncclCommAbort from
+// another thread while a collective waits, and ncclCommShrink leaving
+// ranks out, planned or after one died.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -175,6 +176,94 @@ TEST(CollFaults, AbortFromAnotherThreadReleasesAWaitingCollective) {
       },
       60, {"BRAID_STALL_TIMEOUT=60", "NCCL_MIN_NCHANNELS=2"});
   EXPECT_EQ(describeFailures(out), "");
+}
+
+// An all-reduce over `comm` whose every rank contributes (parent rank + 1)
+// at each position; checks the sum of `expected`.
+std::string allReduceOf(ncclComm_t comm, int parentRank, float expected, const char* what) {
+  std::vector<float> in(4099, static_cast<float>(parentRank + 1)), out(in.size(), -1.0f);
+  std::string err =
+      check(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr), what);
+  if (!err.empty()) return err;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] != expected)
+      return std::string(what) + ": got " + std::to_string(out[i]) + " at " + std::to_string(i);
+  }
+  return "";
+}
+
+TEST(CollFaults, ShrinkLeavesRanksOutInParentOrder) {
+  RootProcess root = startRootProcess();
+  auto out = runRanks(5,
+                      [&](int rank, int n) -> std::string {
+                        ncclComm_t comm = nullptr;
+                        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+                        if (!err.empty()) return err;
+                        err = allReduceOf(comm, rank, 15.0f, "parent allreduce");
+                        if (!err.empty()) return err;
+                        int exclude[] = {3, 1};
+                        if (rank == 1 || rank == 3) {  // left out: they take no part
+                          ncclCommAbort(comm);
+                          return "";
+                        }
+                        ncclComm_t small = nullptr;
+                        err = check(ncclCommShrink(comm, exclude, 2, &small, nullptr, NCCL_SHRINK_DEFAULT),
+                                    "shrink");
+                        if (!err.empty()) return err;
+                        int count = -1, me = -1;
+                        ncclCommCount(small, &count);
+                        ncclCommUserRank(small, &me);
+                        const int want = rank == 0 ? 0 : rank == 2 ? 1 : 2;
+                        if (count != 3 || me != want) {
+                          return "shrunk to " + std::to_string(count) + " ranks, rank " + std::to_string(me);
+                        }
+                        err = allReduceOf(small, rank, 1.0f + 3.0f + 5.0f, "shrunk allreduce");
+                        ncclCommDestroy(small);
+                        ncclCommAbort(comm);
+                        return err;
+                      },
+                      60, {"BRAID_BOOTSTRAP_TIMEOUT=20"});
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+TEST(CollFaults, ShrinkAbortRecoversFromAKilledRank) {
+  RootProcess root = startRootProcess();
+  auto out = runRanks(
+      4,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        err = allReduceOf(comm, rank, 10.0f, "first allreduce");
+        if (!err.empty()) return err;
+        if (rank == 2) raise(SIGKILL);
+        std::vector<float> buf(4099, 1.0f);  // as above: connected already, so the stall timeout ends it
+        ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+        if (r == ncclSuccess) return "an all-reduce succeeded without rank 2";
+        ncclResult_t async = ncclSuccess;
+        (void)ncclCommGetAsyncError(comm, &async);
+        if (async == ncclSuccess) return "the failed all-reduce left no async error";
+        // The parent is in error; shrinking it is how a job goes on.
+        int exclude[] = {2};
+        ncclComm_t small = nullptr;
+        err = check(ncclCommShrink(comm, exclude, 1, &small, nullptr, NCCL_SHRINK_ABORT), "shrink");
+        if (!err.empty()) return err;
+        err = allReduceOf(small, rank, 1.0f + 2.0f + 4.0f, "shrunk allreduce");
+        // NCCL_SHRINK_ABORT ended the parent's operations: it now fails at once.
+        if (err.empty() && ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm,
+                                         nullptr) == ncclSuccess) {
+          err = "the aborted parent still ran an all-reduce";
+        }
+        ncclCommDestroy(small);
+        ncclCommAbort(comm);
+        return err;
+      },
+      60, {"BRAID_STALL_TIMEOUT=3", "BRAID_BOOTSTRAP_TIMEOUT=20"});
+  for (int r = 0; r < 4; ++r) {
+    if (r == 2) continue;
+    EXPECT_TRUE(out[static_cast<size_t>(r)].exited) << "rank " << r << " hung or crashed";
+    EXPECT_EQ(out[static_cast<size_t>(r)].report, "") << "rank " << r;
+  }
 }
 
 }  // namespace

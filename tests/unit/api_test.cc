@@ -273,6 +273,33 @@ TEST(Api, SingleRankCollectivesCopy) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(back[i], in[i]);
 }
 
+// ncclCommShrink's arguments on a one-rank communicator: the caller may not
+// exclude itself, ranks must exist and appear once, and excluding nobody
+// gives a communicator of the same ranks.
+TEST(Api, ShrinkChecksItsArguments) {
+  ASSERT_NE(liveComm(), nullptr);
+  ncclComm_t small = reinterpret_cast<ncclComm_t>(1);
+  int self[] = {0}, missing[] = {1}, twice[] = {1, 1};
+  EXPECT_EQ(ncclCommShrink(liveComm(), self, 1, &small, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("excludeRanksList"), std::string::npos);
+  EXPECT_EQ(small, nullptr);
+  EXPECT_EQ(ncclCommShrink(liveComm(), missing, 1, &small, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommShrink(liveComm(), twice, 2, &small, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommShrink(liveComm(), nullptr, 1, &small, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommShrink(liveComm(), nullptr, -1, &small, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommShrink(liveComm(), nullptr, 0, &small, nullptr, 7), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommShrink(liveComm(), nullptr, 0, nullptr, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommShrink(nullptr, nullptr, 0, &small, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  ASSERT_EQ(ncclCommShrink(liveComm(), nullptr, 0, &small, nullptr, NCCL_SHRINK_DEFAULT), ncclSuccess);
+  int count = 0;
+  EXPECT_EQ(ncclCommCount(small, &count), ncclSuccess);
+  EXPECT_EQ(count, 1);
+  float in[3] = {1, 2, 3}, out[3] = {};
+  EXPECT_EQ(ncclAllReduce(in, out, 3, ncclFloat, ncclSum, small, nullptr), ncclSuccess);
+  EXPECT_EQ(out[2], 3.0f);
+  EXPECT_EQ(ncclCommDestroy(small), ncclSuccess);
+}
+
 TEST(Api, NullHandlesToDestroyAndAbortAreNoOps) {
   EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);  // as NCCL
   EXPECT_EQ(ncclCommAbort(nullptr), ncclSuccess);
