@@ -97,7 +97,6 @@ class GpuEngineImpl final : public GpuEngine {
 
   Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) override;
   bool ready(const CollArgs& a, const TuneChoice& choice) const override;
-  bool ready(const std::vector<P2pOp>& ops) const override;
   Status p2p(const std::vector<P2pOp>& ops, void* stream) override;
   Status stage(const void* src, size_t bytes, void* stream, const void** out) override;
   void abort() override {
@@ -505,11 +504,6 @@ bool GpuEngineImpl::ready(const CollArgs& a, const TuneChoice& choice) const {
     case device::DevAlgo::Tree: return nch <= treeConnected_;
     default: return peersConnected(nch, others_, others_);
   }
-}
-
-bool GpuEngineImpl::ready(const std::vector<P2pOp>& ops) const {
-  P2pNeeds needs = p2pNeeds(ops);
-  return peersConnected(needs.channels, needs.sendPeers, needs.recvPeers);
 }
 
 int GpuEngineImpl::p2pChannelsFor(size_t bytes) const {

@@ -36,11 +36,11 @@ class GpuEngine {
 
   // Launches one collective on `stream` with the selector's choice.
   virtual Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) = 0;
-  // Whether `collective` / `p2p` would launch without first connecting
-  // with peers (which blocks on them): see groupMustNotBlock().
+  // Whether `collective` would launch without first connecting with peers
+  // (which blocks on them): see groupMustNotBlock(). `p2p` checks its own.
   virtual bool ready(const CollArgs& a, const TuneChoice& choice) const = 0;
-  virtual bool ready(const std::vector<P2pOp>& ops) const = 0;
-  // Launches a group's sends and receives (one communicator) on `stream`.
+  // Launches a group's sends and receives (one communicator) on `stream`;
+  // in a group that must not block, groupWouldBlock() if it must connect.
   virtual Status p2p(const std::vector<P2pOp>& ops, void* stream) = 0;
   // Copies `bytes` at `src` into device memory the engine owns, in stream
   // order (in-place all-to-all sends from the copy); *out is the copy.
