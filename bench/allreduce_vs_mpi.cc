@@ -3,7 +3,11 @@
 // definition: algbw * 2(n-1)/n) and their ratio per size, and single-thread
 // memcpy bandwidth measured at the start as the reference ceiling.
 //
-//   mpirun -np 4 --allow-run-as-root --oversubscribe bench/allreduce_vs_mpi [-b 8] [-e 256M] [-f 4]
+//   mpirun -np 4 --allow-run-as-root --oversubscribe bench/allreduce_vs_mpi [-b 8] [-e 256M] [-f 4] [-w 1]
+//
+// -w 1: the buffers (both libraries use the same ones) come from
+// ncclMemAlloc and are registered as a window (ncclCommWindowRegister), so
+// Braid's all-reduce runs zero-copy where its selector prefers that.
 #include <mpi.h>
 
 #include <algorithm>
@@ -52,10 +56,12 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   size_t minBytes = 8, maxBytes = 256u << 20;
   int factor = 4;
+  bool window = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "-b")) minBytes = parseSize(argv[i + 1]);
     if (!std::strcmp(argv[i], "-e")) maxBytes = parseSize(argv[i + 1]);
     if (!std::strcmp(argv[i], "-f")) factor = std::max(2, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "-w")) window = std::atoi(argv[i + 1]) != 0;
   }
   double mcpy = rank == 0 ? memcpyBandwidth() : 0;
 
@@ -67,32 +73,53 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(nullptr));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  const size_t elems = maxBytes / sizeof(float) + 1;
+  float* in = nullptr;
+  float* out = nullptr;
+  void* mem = nullptr;
+  ncclWindow_t win = nullptr;
+  std::vector<float> plain;
+  if (window) {
+    if (ncclMemAlloc(&mem, 2 * elems * sizeof(float)) != ncclSuccess ||
+        ncclCommWindowRegister(comm, mem, 2 * elems * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC) !=
+            ncclSuccess) {
+      std::fprintf(stderr, "rank %d: window: %s\n", rank, ncclGetLastError(comm));
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    in = static_cast<float*>(mem);
+  } else {
+    plain.resize(2 * elems);
+    in = plain.data();
+  }
+  out = in + elems;
+  std::fill(in, in + elems, 1.0f);
+  std::fill(out, out + elems, 0.0f);
   if (rank == 0) {
-    std::printf("# all-reduce, float sum, %d ranks; single-thread memcpy %.2f GB/s\n", n, mcpy);
+    std::printf("# all-reduce, float sum, %d ranks; single-thread memcpy %.2f GB/s; buffers: %s\n", n, mcpy,
+                window ? "ncclMemAlloc, registered as a window (zero-copy)" : "plain host memory");
     std::printf("# %12s %12s %12s %12s %12s %8s\n", "bytes", "braid(us)", "mpi(us)", "braid GB/s", "mpi GB/s",
                 "ratio");
   }
-  std::vector<float> in(maxBytes / sizeof(float) + 1, 1.0f), out(in.size());
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= static_cast<size_t>(factor)) {
     size_t count = std::max<size_t>(1, bytes / sizeof(float));
     int iters = bytes <= (1u << 16) ? 200 : bytes <= (16u << 20) ? 20 : 5;
     double tBraid = 1e30, tMpi = 1e30;
     for (int round = 0; round < 3; ++round) {  // alternate, keep the best round of each
       MPI_Barrier(MPI_COMM_WORLD);
-      ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr);
+      ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr);
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = now();
-      for (int i = 0; i < iters; ++i) ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr);
+      for (int i = 0; i < iters; ++i) ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr);
       double t = (now() - t0) / iters;
       MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       tBraid = std::min(tBraid, t);
 
       MPI_Barrier(MPI_COMM_WORLD);
-      MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = now();
       for (int i = 0; i < iters; ++i) {
-        MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       }
       t = (now() - t0) / iters;
       MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -105,6 +132,10 @@ int main(int argc, char** argv) {
                   b / tBraid / 1e9 * factorBus, b / tMpi / 1e9 * factorBus, tMpi / tBraid);
       std::fflush(stdout);
     }
+  }
+  if (window) {
+    ncclCommWindowDeregister(comm, win);
+    ncclMemFree(mem);
   }
   ncclCommDestroy(comm);
   MPI_Finalize();

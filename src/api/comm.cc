@@ -243,8 +243,9 @@ BRAID_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle)
       },
       comm);
 }
-// Windows (NCCL 2.27+): recorded like registered buffers. Braid has no
-// symmetric kernels yet, so collectives on a window run as on any buffer.
+// Windows (NCCL 2.27+): collective. On the host backend every rank maps
+// every peer's window (core/symmetric.h) and all-reduces on windows run
+// zero-copy; GPU windows are recorded like registered buffers.
 BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
           int winFlags) {
   return api::apiGuard(
@@ -268,6 +269,11 @@ BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, siz
         }
         void* handle = nullptr;
         BRAID_CHECK(c->buffers().add(buff, size, &handle, BufferRegistry::Kind::Window));
+        Status s = c->windows().add(*c, handle, buff, size);
+        if (!s.ok()) {
+          (void)c->buffers().remove(handle, BufferRegistry::Kind::Window);
+          return s;
+        }
         *win = reinterpret_cast<ncclWindow_t>(handle);
         return okStatus();
       },
@@ -281,7 +287,9 @@ BRAID_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t 
         Communicator* c = nullptr;
         BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
         BRAID_CHECK(api::checkNotNull(win, "win"));
-        return c->buffers().remove(win, BufferRegistry::Kind::Window);
+        BRAID_CHECK(c->buffers().remove(win, BufferRegistry::Kind::Window));
+        c->windows().remove(win);
+        return okStatus();
       },
       comm);
 }

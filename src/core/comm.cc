@@ -143,6 +143,7 @@ Status Communicator::initialize(const std::vector<bootstrap::UniqueIdData>& ids)
   BRAID_CHECK(selectBackend(&backend_));
   if (backend_ == Backend::Host) device_ = -1;
   buffers_ = std::make_unique<BufferRegistry>(device_);
+  windows_ = std::make_unique<SymmetricWindows>();
   commHash_ = fnv1a(ids[0].secret.data(), ids[0].secret.size());
 
   bootstrap::BootstrapOptions options;

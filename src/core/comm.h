@@ -32,6 +32,7 @@
 #include "core/library.h"
 #include "core/memory.h"
 #include "core/redops.h"
+#include "core/symmetric.h"
 #include "exec/host/executor.h"
 #include "exec/host/host_prims.h"
 #include "nccl.h"
@@ -111,6 +112,8 @@ class Communicator : public StallListener {
 
   // Buffers registered with ncclCommRegister (made at init).
   BufferRegistry& buffers() { return *buffers_; }
+  // Windows mapped into every rank, for zero-copy collectives (host backend).
+  SymmetricWindows& windows() { return *windows_; }
 
   // This communicator's last error text (ncclGetLastError(comm)).
   void recordError(const std::string& text);
@@ -188,6 +191,7 @@ class Communicator : public StallListener {
   int nnodes_ = 1, localRanks_ = 1;
   std::unique_ptr<ConnectorFactory> connectors_;
   std::unique_ptr<BufferRegistry> buffers_;
+  std::unique_ptr<SymmetricWindows> windows_;
   std::unique_ptr<ChannelSet> channels_;
   Schedule schedule_, topoSchedule_;
   // GPU backend: the PCI addresses of the NICs nearest the GPU, nearest first.

@@ -6,6 +6,7 @@
 
 #include "collectives/direct.h"
 #include "collectives/ring.h"
+#include "collectives/symmetric.h"
 #include "collectives/tree.h"
 #include "core/gpu_engine.h"
 #include "core/group.h"
@@ -28,6 +29,9 @@ SizeParam paramChunkSize("CHUNK_SIZE", 0,
 
 constexpr size_t kDefaultChunkBytes = 128 * 1024;
 constexpr size_t kChannelAlignBytes = 64;
+// A zero-copy all-reduce reduces this much, then copies it to the peers
+// while it is in cache.
+constexpr size_t kZeroCopyBlockBytes = 16 * 1024;
 
 // Divides every element by n (ncclAvg after a sum). Integers truncate, as
 // NCCL's integer average does.
@@ -48,6 +52,8 @@ struct Plan {
   uint64_t seq = 0;
   ScalarBits scalar;                // a PreMulSum operator's scalar, read once when the collective starts
   std::atomic<bool> cancel{false};  // raised by the first channel that fails
+  // Zero-copy: the windows holding this rank's buffers, and the offsets.
+  uint64_t sendWindow = 0, sendOffset = 0, recvWindow = 0, recvOffset = 0;
 };
 
 // Channel c's part of `count` elements: contiguous, cache-line aligned.
@@ -81,6 +87,22 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
 
   switch (plan.choice.algo) {
     case Algo::Direct: {
+      if constexpr (!Op::kHasPre) {
+        if (plan.choice.zeroCopy) {
+          SymmetricWindows& windows = comm->windows();
+          SymCall call;
+          call.rank = rank;
+          call.nranks = n;
+          call.slots = windows.slots(c);
+          call.windows = &windows;
+          call.sendWindow = plan.sendWindow, call.sendOffset = plan.sendOffset;
+          call.recvWindow = plan.recvWindow, call.recvOffset = plan.recvOffset;
+          call.channelOffset = lo;
+          HostSymPrims<T, Op> prims(call, ctx, op);
+          coll::symmetricAllReduce(prims, len, sizeof(T), kZeroCopyBlockBytes / sizeof(T));
+          return prims.status();
+        }
+      }
       PeerConnector sends[kMaxPrimsPeers], recvs[kMaxPrimsPeers];
       int k = 0;
       for (int p = 0; p < n; ++p) {
@@ -291,6 +313,12 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                  gpu ? kMaxChannels : comm->hostChannels(),
                  gpu ? 0 : Communicator::hostCores()};
     in.gpu = gpu;
+    if (!gpu && a.type == CollType::AllReduce && comm->nranks() > 1 && comm->windows().any() &&
+        static_cast<int>(a.op) < ncclNumOps) {
+      const size_t bytes = a.count * datatypeSize(a.datatype);
+      in.windows = comm->windows().find(a.send, bytes, &plan.sendWindow, &plan.sendOffset) &&
+                   comm->windows().find(a.recv, bytes, &plan.recvWindow, &plan.recvOffset);
+    }
     in.ringBusGBs = comm->topologySchedule().ringBusBw;
     in.treeBusGBs = comm->topologySchedule().treeBusBw;
     plan.choice = comm->choices().select(in);
@@ -307,15 +335,16 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     plan.seq = comm->nextCollectiveSeq();
     if (check) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
     BRAID_INFO(kLogColl,
-               "%s #%llu count %zu datatype %d op %d root %d: %s/%s, %d channel%s (estimated %.1f us)%s%s",
+               "%s #%llu count %zu datatype %d op %d root %d: %s/%s%s, %d channel%s (estimated %.1f us)%s%s",
                a.name, static_cast<unsigned long long>(plan.seq), a.count, static_cast<int>(a.datatype),
                static_cast<int>(a.op), a.root, algoName(plan.choice.algo), protocolName(plan.choice.proto),
-               plan.choice.nChannels, plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
+               plan.choice.zeroCopy ? " zero-copy" : "", plan.choice.nChannels,
+               plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
                plan.choice.note.empty() ? "" : "; ", plan.choice.note.c_str());
     if (gpu) return engine->collective(a, plan.choice, plan.scalar);
     if (comm->nranks() > 1) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
-      if (plan.choice.algo == Algo::Direct) BRAID_CHECK(comm->ensureDirect());
+      if (plan.choice.algo == Algo::Direct && !plan.choice.zeroCopy) BRAID_CHECK(comm->ensureDirect());
     }
     // A failed net connector raises plan.cancel, ending the channels' waits at once.
     comm->connectors().watch(&plan.cancel);

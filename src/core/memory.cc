@@ -4,19 +4,25 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "core/library.h"
 #include "platform/gpu.h"
+#include "platform/shared_memory.h"
 #include "util/log.h"
 
 namespace braid {
 namespace {
+struct Allocation {
+  bool gpu;
+  int fd;  // host memory: the memory file peers map
+  size_t bytes;
+};
 std::mutex gMutex;
-// Every live allocation and whether it is on the GPU.
-std::unordered_map<void*, bool>& allocations() {
-  static auto* map = new std::unordered_map<void*, bool>();
+// Every live allocation by address.
+std::map<uintptr_t, Allocation>& allocations() {
+  static auto* map = new std::map<uintptr_t, Allocation>();
   return *map;
 }
 }  // namespace
@@ -27,16 +33,15 @@ Status memAlloc(void** ptr, size_t bytes) {
   Backend backend;
   BRAID_CHECK(selectBackend(&backend));
   void* p = nullptr;
+  int fd = -1;
   if (backend == Backend::Gpu) {
     BRAID_CHECK(gpuMalloc(&p, bytes));
   } else {
-    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    int err = posix_memalign(&p, page, bytes);
-    if (err != 0) return Status(ncclSystemError, strCat("cannot allocate ", bytes, " bytes of host memory"));
+    BRAID_CHECK(sharedMemoryCreate(bytes, &fd, &p).withContext("ncclMemAlloc"));
   }
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    allocations()[p] = backend == Backend::Gpu;
+    allocations()[reinterpret_cast<uintptr_t>(p)] = Allocation{backend == Backend::Gpu, fd, bytes};
   }
   BRAID_INFO(kLogAlloc, "ncclMemAlloc %zu bytes on %s at %p", bytes, backendName(backend), p);
   *ptr = p;
@@ -44,19 +49,31 @@ Status memAlloc(void** ptr, size_t bytes) {
 }
 
 Status memFree(void* ptr) {
-  bool onGpu;
+  Allocation a;
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    auto it = allocations().find(ptr);
+    auto it = allocations().find(reinterpret_cast<uintptr_t>(ptr));
     if (it == allocations().end()) {
       return invalidArgument("pointer ", ptr, " was not allocated by ncclMemAlloc (or was freed already)");
     }
-    onGpu = it->second;
+    a = it->second;
     allocations().erase(it);
   }
-  if (onGpu) return gpuFree(ptr);
-  std::free(ptr);
+  if (a.gpu) return gpuFree(ptr);
+  sharedMemoryDestroy(a.fd, ptr, a.bytes);
   return okStatus();
+}
+
+bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(gMutex);
+  auto it = allocations().upper_bound(addr);
+  if (it == allocations().begin()) return false;
+  --it;
+  const Allocation& a = it->second;
+  if (a.gpu || addr - it->first > a.bytes || bytes > a.bytes - (addr - it->first)) return false;
+  *out = SharedAllocation{a.fd, reinterpret_cast<void*>(it->first), a.bytes};
+  return true;
 }
 
 namespace {
@@ -87,9 +104,7 @@ Status BufferRegistry::add(void* buff, size_t size, void** handle, Kind kind) {
     entries_[id] = Entry{buff, size, kind};
   }
   *handle = reinterpret_cast<void*>(id);
-  BRAID_INFO(
-      kLogAlloc, "%s %p (%zu bytes): handle %p%s", registerName(kind), buff, size, *handle,
-      kind == Kind::Window ? " (no symmetric kernels yet: collectives on it run as on any buffer)" : "");
+  BRAID_INFO(kLogAlloc, "%s %p (%zu bytes): handle %p", registerName(kind), buff, size, *handle);
   return okStatus();
 }
 

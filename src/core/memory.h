@@ -1,7 +1,8 @@
 // ncclMemAlloc / ncclMemFree: memory suited to communication on the active
 // backend. GPU backend: device memory of the current GPU. Host backend:
-// page-aligned host memory (the host engine maps buffers into shared memory
-// and uses vector loads, so page alignment matters). Thread-safe.
+// page-aligned host memory other processes of the host can map
+// (platform/shared_memory.h), so windows registered on it give zero-copy
+// collectives. Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,14 @@ Status memAlloc(void** ptr, size_t bytes);
 // Frees memory from memAlloc; anything else is ncclInvalidArgument.
 Status memFree(void* ptr);
 
+// The host allocation of memAlloc holding [p, p + bytes), if there is one.
+struct SharedAllocation {
+  int fd;
+  void* base;
+  size_t bytes;
+};
+bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out);
+
 // The buffers registered with one communicator: ncclCommRegister /
 // ncclCommDeregister (kind Buffer) and ncclCommWindowRegister /
 // ncclCommWindowDeregister (kind Window). A GPU communicator accepts memory
@@ -25,10 +34,10 @@ Status memFree(void* ptr);
 // of the other kind, is an error, never a crash. Registrations left at
 // destroy are released. Thread-safe.
 //
-// Registration is a promise about a buffer's lifetime, as in NCCL; the
-// kernels do not read it yet (no zero-copy path and no symmetric kernels
-// are built: collectives on a registered buffer or a window run as on any
-// other).
+// Registration is a promise about a buffer's lifetime, as in NCCL. Host
+// windows are also mapped into the peers (core/symmetric.h) for zero-copy
+// all-reduce; registered buffers and GPU windows are not used by the
+// kernels yet (collectives on them run as on any other buffer).
 class BufferRegistry {
  public:
   enum class Kind { Buffer, Window };

@@ -55,6 +55,9 @@ struct TuneInput {
   int maxChannels;  // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
   int cores = 0;    // cores of this host (0: unknown); fewer than localRanks means ranks share cores
   bool gpu = false;  // the GPU backend (its own cost constants)
+  // Host all-reduce whose buffers are in zero-copy windows on every rank
+  // (ncclCommWindowRegister): Direct may run zero-copy.
+  bool windows = false;
   // What the topology search expects the links to carry for each algorithm
   // (bus bandwidth of all channels together, GB/s; 0: unknown). The
   // engine's own rate is capped by it, so a machine whose links are slower
@@ -67,6 +70,7 @@ struct TuneChoice {
   Protocol proto = Protocol::Simple;
   int nChannels = 1;
   size_t chunkBytes = 0;  // bytes one Simple step carries (0: a whole slot)
+  bool zeroCopy = false;  // Direct reading and writing the peers' windows (collectives/symmetric.h)
   double estimatedUs = 0;
   std::string note;  // why the environment's restriction was not followed, if it was not
 };
@@ -82,7 +86,8 @@ class ChoiceCache {
     Entry& e = entries_[static_cast<int>(in.coll)];
     if (!e.valid || e.in.bytes != in.bytes || e.in.nranks != in.nranks || e.in.nnodes != in.nnodes ||
         e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores ||
-        e.in.gpu != in.gpu || e.in.ringBusGBs != in.ringBusGBs || e.in.treeBusGBs != in.treeBusGBs) {
+        e.in.gpu != in.gpu || e.in.windows != in.windows || e.in.ringBusGBs != in.ringBusGBs ||
+        e.in.treeBusGBs != in.treeBusGBs) {
       e.in = in;
       e.choice = selectAlgorithm(in);
       e.valid = true;

@@ -185,9 +185,9 @@ TEST(Api, RegisterAndDeregisterBuffers) {
   EXPECT_EQ(ncclCommDeregister(liveComm(), hout), ncclSuccess);
 }
 
-// Windows (ncclCommWindowRegister): recorded like registered buffers, a
-// collective on one runs as on any buffer, and a buffer handle is not a
-// window (nor the reverse).
+// Windows (ncclCommWindowRegister) on one rank: a collective on one runs
+// as on any buffer (zero-copy needs peers: coll_windows_test), and a buffer
+// handle is not a window (nor the reverse).
 TEST(Api, RegisterAndDeregisterWindows) {
   ASSERT_NE(liveComm(), nullptr);
   void* mem = nullptr;

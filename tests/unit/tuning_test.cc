@@ -101,6 +101,33 @@ TEST(Selector, MidSizesAcrossNodesTakeMoreChannels) {
   EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 1 << 20, 2, 2, 1)).nChannels, 1);  // 2 cores
 }
 
+// Host all-reduces on windows run zero-copy from a few KiB up to
+// BRAID_ZERO_COPY_MAX_BYTES; without windows, on GPUs, or where NCCL_ALGO
+// rules Direct out, never.
+TEST(Selector, WindowsMakeMidSizesZeroCopy) {
+  TuneInput in = input(CollType::AllReduce, 512 << 10, 2);
+  in.windows = true;
+  TuneChoice c = selectAlgorithm(in);
+  EXPECT_TRUE(c.zeroCopy);
+  EXPECT_EQ(c.algo, Algo::Direct);
+  EXPECT_EQ(c.proto, Protocol::Simple);
+  EXPECT_LT(c.estimatedUs, selectAlgorithm(input(CollType::AllReduce, 512 << 10, 2)).estimatedUs);
+  in.bytes = 64u << 20;  // past the caches: the ring
+  EXPECT_FALSE(selectAlgorithm(in).zeroCopy);
+  in.bytes = 512 << 10;
+  {
+    EnvGuard limit("BRAID_ZERO_COPY_MAX_BYTES", "0");
+    EXPECT_FALSE(selectAlgorithm(in).zeroCopy);
+  }
+  {
+    EnvGuard ring("NCCL_ALGO", "Ring");
+    EXPECT_FALSE(selectAlgorithm(in).zeroCopy);
+  }
+  EXPECT_FALSE(selectAlgorithm(input(CollType::AllReduce, 512 << 10, 2)).zeroCopy);
+  in.gpu = true;
+  EXPECT_FALSE(selectAlgorithm(in).zeroCopy);
+}
+
 // The topology's expected bus bandwidth caps the engine's rate per algorithm.
 TEST(Selector, ReadsTheTopologysExpectedBandwidth) {
   TuneInput in = input(CollType::AllReduce, 256 << 20, 16, 2, 8);

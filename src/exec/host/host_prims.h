@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "exec/host/backoff.h"
+#include "exec/host/host_reduce.h"
 #include "transports/transport.h"
 #include "util/status.h"
 #include "util/strings.h"
@@ -62,6 +63,22 @@ struct PeerConnector {
 };
 
 namespace detail {
+// The error of a wait that ended without its condition: aborted, cancelled
+// by another channel, or timed out (reported to ctx.stall first) waiting
+// for `peer` to do `what`.
+inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char* what, int peer,
+                          uint64_t step) {
+  const std::string op = strCat(ctx.collective, " #", ctx.seq);
+  if (r == Backoff::Result::Aborted) return invalidUsage(op, " was aborted (ncclCommAbort)");
+  if (r == Backoff::Result::Cancelled) {
+    return internalError(op, ": channel ", ctx.channel, " stopped because another channel failed");
+  }
+  if (ctx.stall != nullptr) ctx.stall->onStall(ctx.channel);
+  return remoteError(op, ": no progress for ", ctx.timeoutSec, " s on channel ", ctx.channel,
+                     " waiting for rank ", peer, " ", what, " (step ", step,
+                     "); that rank may have died or be stuck");
+}
+
 // Per-thread staging for LL steps: LL slots interleave data and flags, so
 // data is packed from and unpacked into here. Grows once, never shrinks.
 inline char* llStaging(size_t bytes) {
@@ -182,14 +199,14 @@ class HostPrims {
     } else if (Op::kHasPre && pre[1]) {
       for (size_t i = 0; i < n; ++i) target[i] = op_(in[0][i], op_.pre(in[1][i]));
     } else {
-      for (size_t i = 0; i < n; ++i) target[i] = op_(in[0][i], in[1][i]);
+      reduceInto(target, in[0], in[1], n, op_);
     }
     for (int k = 2; k < nin; ++k) {
       const T* b = in[k];
       if (Op::kHasPre && pre[k]) {
         for (size_t i = 0; i < n; ++i) target[i] = op_(target[i], op_.pre(b[i]));
       } else {
-        for (size_t i = 0; i < n; ++i) target[i] = op_(target[i], b[i]);
+        reduceInto(target, target, b, n, op_);
       }
     }
   }
@@ -198,16 +215,7 @@ class HostPrims {
   bool waitUntil(Ready ready, const char* what, int peer, uint64_t step) {
     Backoff::Result r = backoff_.wait(ready);
     if (r == Backoff::Result::Ready) return true;
-    if (r == Backoff::Result::Aborted) {
-      status_ = invalidUsage(what_(), " was aborted (ncclCommAbort)");
-    } else if (r == Backoff::Result::Cancelled) {
-      status_ = internalError(what_(), ": channel ", ctx_.channel, " stopped because another channel failed");
-    } else {
-      if (ctx_.stall != nullptr) ctx_.stall->onStall(ctx_.channel);
-      status_ = remoteError(what_(), ": no progress for ", ctx_.timeoutSec, " s on channel ", ctx_.channel,
-                            " waiting for rank ", peer, " ", what, " (step ", step,
-                            "); that rank may have died or be stuck");
-    }
+    status_ = detail::waitFailure(r, ctx_, what, peer, step);
     return false;
   }
 

@@ -1,0 +1,167 @@
+#include "core/symmetric.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/comm.h"
+#include "core/memory.h"
+#include "platform/shared_memory.h"
+#include "tuning/tuning.h"
+#include "util/log.h"
+
+namespace braid {
+
+// What each rank tells the others about one window (all-gathered).
+struct WindowRecord {
+  int32_t fd = -1;         // memory file of the allocation holding the buffer; -1: none
+  int32_t slotFd = -1;     // memory file of the rank's slots
+  uint64_t buff = 0;       // the buffer's address in its process
+  uint64_t mapOffset = 0;  // page-aligned offset of the buffer's first page in the file
+  uint64_t mapBytes = 0;   // whole pages holding the buffer
+  uint64_t slots = 0;      // the slots' address in its process
+};
+
+namespace {
+constexpr size_t kSlotBytes = sizeof(SymSlot) * kMaxChannels;
+}  // namespace
+
+SymmetricWindows::~SymmetricWindows() {
+  for (Window& w : windows_) {
+    for (const Mapping& m : w.mappings) sharedMemoryUnmap(m.addr, m.bytes);
+  }
+  for (const Mapping& m : slotMappings_) sharedMemoryUnmap(m.addr, m.bytes);
+  sharedMemoryDestroy(slotFd_, slotMemory_, kSlotBytes);
+}
+
+Status SymmetricWindows::mapSlots(Communicator& comm, const std::vector<WindowRecord>& records) {
+  if (!slots_.empty()) return okStatus();
+  std::vector<std::vector<SymSlot*>> slots(kMaxChannels, std::vector<SymSlot*>(records.size()));
+  for (size_t r = 0; r < records.size(); ++r) {
+    void* base = reinterpret_cast<void*>(records[r].slots);
+    if (static_cast<int>(r) != comm.rank() && !comm.sameProcess(static_cast<int>(r))) {
+      BRAID_CHECK(sharedMemoryMapPeer(comm.peers()[r].pid, records[r].slotFd, 0, kSlotBytes, &base));
+      slotMappings_.push_back({base, kSlotBytes});
+    }
+    for (int c = 0; c < kMaxChannels; ++c) slots[static_cast<size_t>(c)][r] = static_cast<SymSlot*>(base) + c;
+  }
+  slots_ = std::move(slots);
+  return okStatus();
+}
+
+Status SymmetricWindows::add(Communicator& comm, void* handle, void* buff, size_t size) {
+  const uint64_t number = ++registered_;
+  const int n = comm.nranks(), me = comm.rank();
+  // Decided alike on every rank, without an exchange.
+  if (comm.backend() != Backend::Host || n == 1 || n > kMaxSymRanks || comm.nnodes() > 1) {
+    BRAID_INFO(kLogAlloc, "window %llu: not zero-copy (%s)", static_cast<unsigned long long>(number),
+               comm.backend() != Backend::Host ? "GPU windows are not mapped into peers yet"
+               : n == 1                        ? "one rank"
+               : comm.nnodes() > 1             ? "ranks on several hosts"
+                                               : "too many ranks");
+    return okStatus();
+  }
+  if (slotMemory_ == nullptr) {
+    BRAID_CHECK(sharedMemoryCreate(kSlotBytes, &slotFd_, &slotMemory_));
+    for (int c = 0; c < kMaxChannels; ++c) new (static_cast<SymSlot*>(slotMemory_) + c) SymSlot();
+  }
+  std::vector<WindowRecord> records(static_cast<size_t>(n));
+  WindowRecord& mine = records[static_cast<size_t>(me)];
+  mine.slotFd = slotFd_;
+  mine.slots = reinterpret_cast<uint64_t>(slotMemory_);
+  mine.buff = reinterpret_cast<uint64_t>(buff);
+  SharedAllocation alloc;
+  if (findSharedAllocation(buff, size, &alloc)) {
+    const size_t offset = static_cast<size_t>(static_cast<char*>(buff) - static_cast<char*>(alloc.base));
+    mine.fd = alloc.fd;
+    mine.mapOffset = offset / pageBytes() * pageBytes();
+    mine.mapBytes = (offset - mine.mapOffset + size + pageBytes() - 1) / pageBytes() * pageBytes();
+  }
+  bootstrap::Bootstrap* boot = comm.bootstrap();
+  BRAID_CHECK(boot->allGather(records.data(), sizeof(WindowRecord)).withContext("ncclCommWindowRegister"));
+
+  Window w{number, handle, static_cast<const char*>(buff), size, std::vector<char*>(static_cast<size_t>(n)),
+           {}};
+  std::string why;
+  for (int r = 0; r < n && why.empty(); ++r) {
+    const WindowRecord& rec = records[static_cast<size_t>(r)];
+    if (r == me || comm.sameProcess(r)) {
+      w.bases[static_cast<size_t>(r)] = reinterpret_cast<char*>(rec.buff);
+      continue;
+    }
+    if (rec.fd < 0) {
+      why = strCat("rank ", r, "'s buffer is not memory from ncclMemAlloc");
+      continue;
+    }
+    void* addr = nullptr;
+    Status s = sharedMemoryMapPeer(comm.peers()[static_cast<size_t>(r)].pid, rec.fd, rec.mapOffset,
+                                   rec.mapBytes, &addr);
+    if (!s.ok()) {
+      why = s.message();
+      continue;
+    }
+    w.mappings.push_back({addr, rec.mapBytes});
+    w.bases[static_cast<size_t>(r)] = static_cast<char*>(addr) + (rec.buff % pageBytes());
+  }
+  if (why.empty()) {
+    Status s = mapSlots(comm, records);
+    if (!s.ok()) why = s.message();
+  }
+  // Zero-copy only if every rank mapped everything.
+  std::vector<int32_t> ok(static_cast<size_t>(n));
+  ok[static_cast<size_t>(me)] = why.empty() ? 1 : 0;
+  Status s = boot->allGather(ok.data(), sizeof(int32_t)).withContext("ncclCommWindowRegister");
+  const bool all = s.ok() && std::all_of(ok.begin(), ok.end(), [](int32_t v) { return v == 1; });
+  if (!all) {
+    for (const Mapping& m : w.mappings) sharedMemoryUnmap(m.addr, m.bytes);
+    BRAID_CHECK(s);
+    if (why.empty()) {
+      for (int r = 0; r < n && why.empty(); ++r) {
+        if (ok[static_cast<size_t>(r)] == 0) why = strCat("rank ", r, " could not map every peer's buffer");
+      }
+    }
+    BRAID_INFO(kLogAlloc, "window %llu (%p, %zu bytes): not zero-copy: %s",
+               static_cast<unsigned long long>(number), buff, size, why.c_str());
+    return okStatus();
+  }
+  BRAID_INFO(kLogAlloc, "window %llu (%p, %zu bytes): zero-copy, mapped from all %d ranks",
+             static_cast<unsigned long long>(number), buff, size, n);
+  std::lock_guard<std::mutex> lock(mu_);
+  windows_.push_back(std::move(w));
+  zeroCopy_.store(static_cast<int>(windows_.size()), std::memory_order_relaxed);
+  return okStatus();
+}
+
+void SymmetricWindows::remove(void* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it =
+      std::find_if(windows_.begin(), windows_.end(), [&](const Window& w) { return w.handle == handle; });
+  if (it == windows_.end()) return;
+  for (const Mapping& m : it->mappings) sharedMemoryUnmap(m.addr, m.bytes);
+  windows_.erase(it);
+  zeroCopy_.store(static_cast<int>(windows_.size()), std::memory_order_relaxed);
+}
+
+bool SymmetricWindows::find(const void* p, size_t bytes, uint64_t* window, uint64_t* offset) const {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Window& w : windows_) {
+    if (c >= w.buff && c <= w.buff + w.size && bytes <= static_cast<size_t>(w.buff + w.size - c)) {
+      *window = w.number;
+      *offset = static_cast<uint64_t>(c - w.buff);
+      return true;
+    }
+  }
+  return false;
+}
+
+char* SymmetricWindows::base(int rank, uint64_t window) const {
+  // Called while the collective runs; the window cannot go away then.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Window& w : windows_) {
+    if (w.number == window) return w.bases[static_cast<size_t>(rank)];
+  }
+  return nullptr;
+}
+
+}  // namespace braid

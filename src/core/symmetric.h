@@ -1,0 +1,73 @@
+// A host communicator's windows (ncclCommWindowRegister) mapped into every
+// rank, and the slots its ranks meet through in zero-copy collectives
+// (exec/host/host_sym.h).
+//
+// Registering a window is collective: every rank passes its buffer, the
+// ranks all-gather where it is (process, memory file, offset), and each
+// maps the others'. A window is zero-copy when every rank could map every
+// peer's: all ranks on one host, every buffer from ncclMemAlloc (or the
+// ranks threads of one process), and the same user. Otherwise it is an
+// ordinary registration and collectives on it take the FIFOs; the reason is
+// logged. Windows are numbered in registration order, which every rank
+// shares, so a collective tells its peers "window 3, offset 4096".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "exec/host/host_sym.h"
+#include "util/status.h"
+
+namespace braid {
+
+class Communicator;
+
+class SymmetricWindows final : public SymWindowMap {
+ public:
+  SymmetricWindows() = default;
+  ~SymmetricWindows();
+  SymmetricWindows(const SymmetricWindows&) = delete;
+  SymmetricWindows& operator=(const SymmetricWindows&) = delete;
+
+  // Collective over `comm` (host backend): maps window `handle` of every
+  // rank. A window that cannot be zero-copy is recorded as such, not an error.
+  Status add(Communicator& comm, void* handle, void* buff, size_t size);
+  // Local: unmaps the peers' part of window `handle` (no-op if unknown).
+  void remove(void* handle);
+
+  // The zero-copy window holding [p, p + bytes): its number and the offset.
+  bool find(const void* p, size_t bytes, uint64_t* window, uint64_t* offset) const;
+  bool any() const { return zeroCopy_.load(std::memory_order_relaxed) > 0; }
+  char* base(int rank, uint64_t window) const override;
+  // Every rank's slot of `channel`, in rank order.
+  SymSlot* const* slots(int channel) const { return slots_[static_cast<size_t>(channel)].data(); }
+
+ private:
+  struct Mapping {
+    void* addr;
+    size_t bytes;
+  };
+  struct Window {
+    uint64_t number;
+    void* handle;
+    const char* buff;
+    size_t size;
+    std::vector<char*> bases;  // by rank; this rank's is buff
+    std::vector<Mapping> mappings;
+  };
+  Status mapSlots(Communicator& comm, const std::vector<struct WindowRecord>& records);
+
+  mutable std::mutex mu_;
+  std::vector<Window> windows_;  // zero-copy windows only
+  std::atomic<int> zeroCopy_{0};
+  uint64_t registered_ = 0;  // windows registered so far (zero-copy or not)
+  // This rank's slots (shared memory) and every rank's, per channel.
+  int slotFd_ = -1;
+  void* slotMemory_ = nullptr;
+  std::vector<Mapping> slotMappings_;
+  std::vector<std::vector<SymSlot*>> slots_;
+};
+
+}  // namespace braid

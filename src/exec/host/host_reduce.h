@@ -1,0 +1,41 @@
+// The host engine's element loops: out = op(a, b) over any length, built
+// twice on x86-64 with GCC (AVX2 and baseline, picked at load time by the
+// CPU: target_clones), since the library itself is built for the baseline
+// CPU and AVX2 doubles what a core reduces from cache. An output may be
+// exactly one of the inputs (in place); no other overlap is allowed.
+#pragma once
+
+#include <cstddef>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define BRAID_HOST_CLONES __attribute__((target_clones("avx2", "default")))
+#define BRAID_NO_LOOP_DEPS _Pragma("GCC ivdep")
+#elif defined(__clang__)
+#define BRAID_HOST_CLONES
+#define BRAID_NO_LOOP_DEPS _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define BRAID_HOST_CLONES
+#define BRAID_NO_LOOP_DEPS
+#endif
+
+namespace braid {
+
+// dst[i] = op(a[i], b[i]).
+template <typename T, typename Op>
+BRAID_HOST_CLONES void reduceInto(T* dst, const T* a, const T* b, size_t n, Op op) {
+  BRAID_NO_LOOP_DEPS
+  for (size_t i = 0; i < n; ++i) dst[i] = op(a[i], b[i]);
+}
+
+// d0[i] = d1[i] = op(a[i], b[i]): one pass writing two outputs.
+template <typename T, typename Op>
+BRAID_HOST_CLONES void reduceInto2(T* d0, T* d1, const T* a, const T* b, size_t n, Op op) {
+  BRAID_NO_LOOP_DEPS
+  for (size_t i = 0; i < n; ++i) {
+    const T v = op(a[i], b[i]);
+    d0[i] = v;
+    d1[i] = v;
+  }
+}
+
+}  // namespace braid

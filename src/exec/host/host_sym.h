@@ -1,0 +1,152 @@
+// Host primitives of the zero-copy algorithms (collectives/symmetric.h):
+// the peers' buffers are mapped into this process, and ranks meet through a
+// slot per rank and channel in shared memory.
+//
+// A collective is two meetings. enter(): a rank writes where its buffers
+// are (window and offset) into its slot and raises `arrive` to the
+// collective's sequence number, then waits for every peer's, reading where
+// theirs are. leave(): it raises `done` and waits for every peer's. A slot
+// holding a later sequence number than this rank's means the ranks did not
+// agree to run this collective zero-copy (one passed a buffer outside its
+// windows): that is an error naming the rank, as is a peer that never
+// arrives (the stall timeout), an abort or a cancelled channel.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "exec/host/host_prims.h"
+#include "exec/host/host_reduce.h"
+
+namespace braid {
+
+// Most ranks a zero-copy collective runs on (one host's ranks).
+constexpr int kMaxSymRanks = 64;
+
+// What a rank publishes for one channel; lives in shared memory.
+struct alignas(128) SymSlot {
+  std::atomic<uint64_t> arrive{0};  // sequence number of the collective whose buffers are below
+  std::atomic<uint64_t> done{0};    // sequence number of the last collective this rank finished
+  uint64_t sendWindow = 0, sendOffset = 0, recvWindow = 0, recvOffset = 0;
+};
+
+// Where rank `rank` mapped window `window` of each peer: the communicator's
+// windows (core/symmetric.h) answer.
+class SymWindowMap {
+ public:
+  // The start of `rank`'s window `window` in this process, or null.
+  virtual char* base(int rank, uint64_t window) const = 0;
+
+ protected:
+  ~SymWindowMap() = default;
+};
+
+// This rank's part in one zero-copy collective on one channel.
+struct SymCall {
+  int rank = 0, nranks = 0;
+  SymSlot* const* slots = nullptr;  // every rank's slot of this channel
+  const SymWindowMap* windows = nullptr;
+  uint64_t sendWindow = 0, sendOffset = 0, recvWindow = 0, recvOffset = 0;  // this rank's buffers
+  size_t channelOffset = 0;  // elements: where the channel's part of the buffers starts
+};
+
+template <typename T, typename Op>
+class HostSymPrims {
+ public:
+  HostSymPrims(const SymCall& call, const PrimsContext& ctx, Op op)
+      : call_(call), ctx_(ctx), op_(op), backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel) {}
+
+  int nranks() const { return call_.nranks; }
+  int rank() const { return call_.rank; }
+  const Status& status() const { return status_; }
+
+  bool enter() {
+    const uint64_t seq = ctx_.seq;
+    SymSlot* mine = call_.slots[call_.rank];
+    mine->sendWindow = call_.sendWindow;
+    mine->sendOffset = call_.sendOffset;
+    mine->recvWindow = call_.recvWindow;
+    mine->recvOffset = call_.recvOffset;
+    mine->arrive.store(seq, std::memory_order_release);
+    for (int q = 0; q < call_.nranks; ++q) {
+      const SymSlot* s = call_.slots[q];
+      if (!meet(s->arrive, q, "to enter it")) return false;
+      char* sendBase = call_.windows->base(q, s->sendWindow);
+      char* recvBase = call_.windows->base(q, s->recvWindow);
+      if (sendBase == nullptr || recvBase == nullptr) {
+        status_ = invalidUsage(what(), ": rank ", q, " passed a buffer in a window this rank has not mapped");
+        return false;
+      }
+      in_[q] = reinterpret_cast<const T*>(sendBase + s->sendOffset) + call_.channelOffset;
+      out_[q] = reinterpret_cast<T*>(recvBase + s->recvOffset) + call_.channelOffset;
+    }
+    return true;
+  }
+
+  void reduceToAll(size_t offset, size_t n) {
+    const int r = call_.rank, nr = call_.nranks;
+    T* dst = out_[r] + offset;
+    // In place, this rank's output is its own input: that input goes in
+    // first, before dst is written. (Every element is reduced by one rank
+    // only, so the order need not be the same across slices.)
+    const int first = r == 0 ? 1 : 0;
+    const T* a = in_[r] + offset;
+    const T* b = in_[first] + offset;
+    if (nr == 2) {  // one pass: both outputs written as the inputs are read
+      reduceInto2(dst, out_[first] + offset, a, b, n, op_);
+      return;
+    }
+    reduceInto(dst, a, b, n, op_);
+    for (int q = first + 1; q < nr; ++q) {
+      if (q != r) reduceInto(dst, dst, in_[q] + offset, n, op_);
+    }
+    for (int q = 0; q < nr; ++q) {
+      if (q != r) std::memcpy(out_[q] + offset, dst, n * sizeof(T));
+    }
+  }
+
+  bool leave() {
+    if (!status_.ok()) return false;
+    call_.slots[call_.rank]->done.store(ctx_.seq, std::memory_order_release);
+    for (int q = 0; q < call_.nranks; ++q) {
+      if (!meet(call_.slots[q]->done, q, "to finish it")) return false;
+    }
+    return true;
+  }
+
+ private:
+  // Waits until `flag` (rank q's) reaches this collective's sequence number.
+  bool meet(const std::atomic<uint64_t>& flag, int q, const char* what) {
+    const uint64_t seq = ctx_.seq;
+    Backoff::Result r = backoff_.wait([&] { return flag.load(std::memory_order_acquire) >= seq; });
+    if (r != Backoff::Result::Ready) {
+      status_ = detail::waitFailure(r, ctx_, what, q, seq);
+      if (r == Backoff::Result::TimedOut) {
+        status_ = Status(status_.code(), strCat(status_.message(),
+                                                ", or it passed buffers outside its windows "
+                                                "(ncclCommWindowRegister) and runs another algorithm"));
+      }
+      return false;
+    }
+    if (flag.load(std::memory_order_acquire) != seq) {
+      status_ = invalidUsage(this->what(), ": rank ", q, " is at collective #", flag.load(),
+                             " zero-copy while this rank runs #", seq,
+                             " zero-copy: the ranks disagree on whether their buffers are in windows "
+                             "(ncclCommWindowRegister); every rank must pass windowed buffers, or none");
+      return false;
+    }
+    return true;
+  }
+  std::string what() const { return strCat(ctx_.collective, " #", ctx_.seq); }
+
+  SymCall call_;
+  PrimsContext ctx_;
+  Op op_;
+  Backoff backoff_;
+  Status status_;
+  const T* in_[kMaxSymRanks] = {};
+  T* out_[kMaxSymRanks] = {};
+};
+
+}  // namespace braid

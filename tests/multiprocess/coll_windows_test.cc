@@ -1,0 +1,243 @@
+// Zero-copy collectives on windows (ncclCommWindowRegister) on the host
+// backend: ranks as forked processes map each other's ncclMemAlloc memory
+// (core/symmetric.h). The whole collective sweep runs on buffers carved
+// from one registered window per rank, and the log proves the all-reduces
+// ran zero-copy; ranks that disagree about windows get an error, not a hang;
+// a window on memory a peer cannot map falls back to the FIFOs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll_sweep.h"
+#include "harness.h"
+#include "util/strings.h"
+
+namespace braid::test {
+namespace {
+
+const bool kHostBackend = (setenv("BRAID_BACKEND", "host", 0), true);
+
+// Sweep buffers carved from one ncclMemAlloc arena registered as a window
+// on the communicator. Every rank makes the same allocations in the same
+// order, so a buffer sits in the window on every rank or on none.
+class WindowMemory final : public HostMemory {
+ public:
+  std::string open(ncclComm_t comm, size_t bytes) {
+    comm_ = comm;
+    size_ = bytes;
+    std::string err = check(ncclMemAlloc(&arena_, bytes), "ncclMemAlloc");
+    if (err.empty())
+      err = check(ncclCommWindowRegister(comm, arena_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC),
+                  "ncclCommWindowRegister");
+    return err;
+  }
+  std::string close() {
+    std::string err;
+    if (win_ != nullptr) err += check(ncclCommWindowDeregister(comm_, win_), "ncclCommWindowDeregister");
+    if (arena_ != nullptr) err += check(ncclMemFree(arena_), "ncclMemFree");
+    win_ = nullptr, arena_ = nullptr;
+    return err;
+  }
+  // A bump allocator, rewound when every buffer is free again.
+  std::string alloc(size_t bytes, void** p) override {
+    const size_t need = (bytes + 63) / 64 * 64;
+    if (bytes == 0 || used_ + need > size_) return HostMemory::alloc(bytes, p);
+    *p = static_cast<char*>(arena_) + used_;
+    used_ += need;
+    ++live_;
+    return "";
+  }
+  void free(void* p) override {
+    char* c = static_cast<char*>(p);
+    if (c < static_cast<char*>(arena_) || c >= static_cast<char*>(arena_) + size_) return HostMemory::free(p);
+    if (--live_ == 0) used_ = 0;
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  void* arena_ = nullptr;
+  ncclWindow_t win_ = nullptr;
+  size_t size_ = 0, used_ = 0;
+  int live_ = 0;
+};
+
+// Lines of this process's log (NCCL_DEBUG_FILE=<dir>/%p.log) holding `text`.
+int logLines(const std::string& dir, const std::string& text) {
+  std::ifstream in(strCat(dir, "/", getpid(), ".log"));
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) lines += line.find(text) != std::string::npos;
+  return lines;
+}
+
+std::string makeLogDir() {
+  std::string dir = ::testing::TempDir() + "braid-windows-XXXXXX";
+  return mkdtemp(dir.data()) != nullptr ? dir : ::testing::TempDir();
+}
+
+std::vector<std::string> windowEnv(const std::string& logDir) {
+  return {"BRAID_BOOTSTRAP_TIMEOUT=20", "BRAID_STALL_TIMEOUT=30", "NCCL_DEBUG=INFO",
+          "NCCL_DEBUG_SUBSYS=COLL,ALLOC", "NCCL_DEBUG_FILE=" + logDir + "/%p.log"};
+}
+
+// One rank: init, window, the sweep on it, and proof from the log that
+// all-reduces ran zero-copy.
+std::string sweepOnWindow(const ncclUniqueId& id, int rank, int n, SweepCounts counts,
+                          const std::string& logDir) {
+  ncclComm_t comm = nullptr;
+  std::string err = check(ncclCommInitRank(&comm, n, id, rank), "init");
+  if (!err.empty()) return err;
+  WindowMemory memory;
+  err = memory.open(comm, 64u << 20);
+  if (err.empty()) err = collSweep(comm, rank, n, counts, memory);
+  err += memory.close();
+  err += check(ncclCommDestroy(comm), "destroy");
+  if (err.empty() && logLines(logDir, "zero-copy, mapped from all") != 1)
+    err = "the window was not zero-copy";
+  if (err.empty() && logLines(logDir, "Direct/Simple zero-copy") == 0) err = "no all-reduce ran zero-copy";
+  return err;
+}
+
+struct WindowCase {
+  int nranks;
+  bool full;
+};
+
+class CollWindows : public ::testing::TestWithParam<WindowCase> {};
+
+TEST_P(CollWindows, SweepOnWindowsRunsZeroCopy) {
+  const WindowCase c = GetParam();
+  const std::string logDir = makeLogDir();
+  const std::vector<std::string> env = windowEnv(logDir);
+  RootProcess root = startRootProcess(env);
+  const SweepCounts counts = c.full ? sweepCountsFromEnv() : SweepCounts::kQuick;
+  auto out = runRanks(
+      c.nranks, [&](int rank, int n) { return sweepOnWindow(root.id, rank, n, counts, logDir); }, 600, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+INSTANTIATE_TEST_SUITE_P(Ranks, CollWindows,
+                         ::testing::Values(WindowCase{2, true}, WindowCase{3, true}, WindowCase{4, false},
+                                           WindowCase{8, false}),
+                         [](const ::testing::TestParamInfo<WindowCase>& p) {
+                           return strCat(p.param.nranks, p.param.full ? "Full" : "Quick");
+                         });
+
+// Ranks that are threads of one process (ncclCommInitAll) use each other's
+// windows directly, on any memory.
+TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
+  const std::string logDir = makeLogDir();
+  auto out = runRanks(
+      1,
+      [&](int, int) -> std::string {
+        const int n = 3;
+        std::vector<ncclComm_t> comms(n);
+        std::string err = check(ncclCommInitAll(comms.data(), n, nullptr), "ncclCommInitAll");
+        if (!err.empty()) return err;
+        std::vector<std::string> errs(n);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < n; ++r) {
+          threads.emplace_back([&, r] {
+            WindowMemory memory;
+            errs[r] = memory.open(comms[r], 16u << 20);
+            if (errs[r].empty()) errs[r] = collSweep(comms[r], r, n, SweepCounts::kQuick, memory);
+            errs[r] += memory.close();
+          });
+        }
+        for (std::thread& t : threads) t.join();
+        for (int r = 0; r < n; ++r) {
+          err += errs[r] + check(ncclCommDestroy(comms[r]), "destroy");
+        }
+        if (err.empty() && logLines(logDir, "zero-copy, mapped from all") != n)
+          err = "a window was not zero-copy";
+        if (err.empty() && logLines(logDir, "Direct/Simple zero-copy") == 0)
+          err = "no all-reduce ran zero-copy";
+        return err;
+      },
+      300, windowEnv(logDir));
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+// One rank passes buffers outside its windows: the others wait for it in
+// vain and fail within the stall timeout, naming it; nobody hangs.
+TEST(CollWindowsFaults, RanksThatDisagreeAboutWindowsFail) {
+  const std::string logDir = makeLogDir();
+  std::vector<std::string> env = windowEnv(logDir);
+  env.push_back("BRAID_STALL_TIMEOUT=3");
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      3,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        const size_t count = 4096;
+        void* mem = nullptr;
+        err = check(ncclMemAlloc(&mem, 2 * count * sizeof(float)), "ncclMemAlloc");
+        ncclWindow_t win = nullptr;
+        if (err.empty())
+          err = check(
+              ncclCommWindowRegister(comm, mem, 2 * count * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC),
+              "register");
+        if (!err.empty()) return err;
+        std::vector<float> plain(2 * count, 1.0f);
+        float* buf = rank == 2 ? plain.data() : static_cast<float*>(mem);
+        for (size_t i = 0; i < 2 * count; ++i) buf[i] = 1.0f;
+        const ncclResult_t r = ncclAllReduce(buf, buf + count, count, ncclFloat, ncclSum, comm, nullptr);
+        const std::string text = ncclGetLastError(comm);
+        std::string report;
+        if (r == ncclSuccess) report = "the all-reduce succeeded";
+        if (rank != 2 && text.find("outside its windows") == std::string::npos) report += " error: " + text;
+        ncclCommAbort(comm);
+        ncclMemFree(mem);
+        return report;
+      },
+      60, env);
+  EXPECT_EQ(describeFailures(out), "");
+  for (const RankOutcome& o : out) EXPECT_LT(o.seconds, 30) << "a rank took too long to fail";
+}
+
+// Windows on memory of each process's own heap (not ncclMemAlloc) cannot be
+// mapped by the peers: the window is an ordinary registration, the log says
+// why, and collectives on it take the FIFOs and stay correct.
+TEST(CollWindowsFallback, WindowsOnPlainMemoryUseTheFifos) {
+  const std::string logDir = makeLogDir();
+  const std::vector<std::string> env = windowEnv(logDir);
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      2,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        const size_t count = 100003;
+        std::vector<float> buf(2 * count);
+        for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((rank + 1) * (i % 17));
+        ncclWindow_t win = nullptr;
+        err = check(
+            ncclCommWindowRegister(comm, buf.data(), buf.size() * sizeof(float), &win, NCCL_WIN_DEFAULT),
+            "register");
+        if (err.empty())
+          err = check(ncclAllReduce(buf.data(), buf.data() + count, count, ncclFloat, ncclSum, comm, nullptr),
+                      "all-reduce");
+        for (size_t i = 0; i < count && err.empty(); ++i) {
+          if (buf[count + i] != 3.0f * (i % 17)) err = strCat("element ", i, " is ", buf[count + i]);
+        }
+        err += check(ncclCommWindowDeregister(comm, win), "deregister");
+        err += check(ncclCommDestroy(comm), "destroy");
+        if (err.empty() && logLines(logDir, "not memory from ncclMemAlloc") != 1)
+          err = "no reason was logged";
+        if (err.empty() && logLines(logDir, "zero-copy,") != 0) err = "an all-reduce ran zero-copy";
+        return err;
+      },
+      120, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+}  // namespace
+}  // namespace braid::test
