@@ -241,6 +241,19 @@ std::string jsonHeader(const Options& o, const Collective& coll, Library lib, co
   return buf;
 }
 
+void* allocBuffer(Device& d, size_t bytes, bool fromLibrary) {
+  if (!fromLibrary) return d.alloc(bytes);
+  void* p = nullptr;
+  NCCLCHECK(ncclMemAlloc(&p, bytes ? bytes : 1));
+  return p;
+}
+
+void releaseBuffer(Device& d, void* p, bool fromLibrary) {
+  if (!fromLibrary) return d.release(p);
+  d.select();
+  NCCLCHECK(ncclMemFree(p));
+}
+
 }  // namespace
 
 int perfMain(int argc, char** argv, const Collective& coll) {
@@ -273,13 +286,19 @@ int perfMain(int argc, char** argv, const Collective& coll) {
                 procs->kind(), o.nthreads, o.ngpus, libraryName(lib));
     if (o.graphLaunches > 0 && !graphs)
       std::printf("# -G %d ignored: graphs need GPU streams\n", o.graphLaunches);
-    if (o.registration) std::printf("# -R %d ignored: buffer registration is not done\n", o.registration);
+    if (o.registration && lib == Library::kNccl) {
+      std::printf("# -R %d: buffers from ncclMemAlloc, %s\n", o.registration,
+                  o.registration == 1 ? "registered (ncclCommRegister)"
+                                      : "symmetric windows (ncclCommWindowRegister)");
+    }
     if (o.blocking)
       std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
     std::printf("#\n# Using devices\n");
   }
 
   // This process's ranks: GPU index localRank * perProc + i, as nccl-tests.
+  // -R 1/2 (nccl-tests): the library's own memory, registered after init.
+  const bool registered = o.registration > 0 && lib == Library::kNccl;
   std::vector<Worker> workers(static_cast<size_t>(o.nthreads));
   std::string lines;
   const size_t bytes = bufferBytes(o, coll, nranks);
@@ -292,8 +311,8 @@ int perfMain(int argc, char** argv, const Collective& coll) {
       w.devices.push_back(lib == Library::kMpi ? makeHostDevice("[host] host memory") : openDevice(index));
       Device& d = *w.devices.back();
       d.select();
-      w.send.push_back(d.alloc(bytes));
-      w.recv.push_back(d.alloc(bytes));
+      w.send.push_back(allocBuffer(d, bytes, registered));
+      w.recv.push_back(allocBuffer(d, bytes, registered));
       char line[512];
       std::snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n",
                     w.firstRank + g, 0, static_cast<int>(getpid()), hostName().c_str(),
@@ -322,6 +341,7 @@ int perfMain(int argc, char** argv, const Collective& coll) {
       std::vector<Device*> devs;
       for (auto& d : w.devices) devs.push_back(d.get());
       w.ops = initNcclRanks(id, nranks, w.firstRank, devs);
+      if (registered) registerNcclBuffers(w.ops, devs, w.send, w.recv, bytes, o.registration);
     }
     w.devices[0]->select();
     team.barrier(w.thread);
@@ -336,8 +356,8 @@ int perfMain(int argc, char** argv, const Collective& coll) {
   for (std::thread& t : threads) t.join();
   for (Worker& w : workers) {
     for (size_t g = 0; g < w.devices.size(); ++g) {
-      w.devices[g]->release(w.send[g]);
-      w.devices[g]->release(w.recv[g]);
+      releaseBuffer(*w.devices[g], w.send[g], registered);
+      releaseBuffer(*w.devices[g], w.recv[g], registered);
     }
   }
 

@@ -31,6 +31,10 @@ class Ops {
   virtual void allToAll(const void* send, void* recv, size_t countPerPeer, ncclDataType_t t) = 0;
   virtual void gather(const void* send, void* recv, size_t sendCount, ncclDataType_t t, int root) = 0;
   virtual void scatter(const void* send, void* recv, size_t recvCount, ncclDataType_t t, int root) = 0;
+  // nccl-tests' -R: 1 registers both buffers (ncclCommRegister), 2 makes
+  // them symmetric windows (ncclCommWindowRegister, collective: every rank
+  // calls it). Undone before the communicator is destroyed. No-op for MPI.
+  virtual void registerBuffers(void* send, void* recv, size_t bytes, int mode) {}
 };
 
 // Which library a program times.
@@ -50,6 +54,12 @@ std::vector<std::unique_ptr<Ops>> initNcclRanks(const ncclUniqueId& id, int nran
                                                 const std::vector<Device*>& devices);
 // ncclGetUniqueId, checked.
 ncclUniqueId ncclId();
+// Ops::registerBuffers for each of a thread's ranks, each on a thread of its
+// own with its device current (window registration blocks until every rank
+// of the communicator joins).
+void registerNcclBuffers(const std::vector<std::unique_ptr<Ops>>& ops, const std::vector<Device*>& devices,
+                         const std::vector<void*>& send, const std::vector<void*>& recv, size_t bytes,
+                         int mode);
 
 // Open MPI's collectives on MPI_COMM_WORLD over host memory (-R mpi). Fails
 // with a message for a type or op MPI lacks (half, bfloat16, fp8; avg).

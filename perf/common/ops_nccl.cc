@@ -1,6 +1,7 @@
 // Ops over the NCCL API: whichever nccl.h this is compiled against (Braid's,
 // or an external NCCL's for the .nccl programs).
 #include <thread>
+#include <vector>
 
 #include "check.h"
 #include "ops.h"
@@ -16,7 +17,31 @@ namespace {
 class NcclOps final : public Ops {
  public:
   NcclOps(ncclComm_t comm, Device* dev) : comm_(comm), dev_(dev) {}
-  ~NcclOps() override { ncclCommDestroy(comm_); }
+  ~NcclOps() override {
+    for (void* h : handles_) NCCLCHECK(ncclCommDeregister(comm_, h));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    for (ncclWindow_t w : windows_) NCCLCHECK(ncclCommWindowDeregister(comm_, w));
+#endif
+    ncclCommDestroy(comm_);
+  }
+
+  void registerBuffers(void* send, void* recv, size_t bytes, int mode) override {
+    for (void* p : {send, recv}) {
+      if (mode == 1) {
+        void* h = nullptr;
+        NCCLCHECK(ncclCommRegister(comm_, p, bytes, &h));
+        handles_.push_back(h);
+      } else if (mode == 2) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+        ncclWindow_t w = nullptr;
+        NCCLCHECK(ncclCommWindowRegister(comm_, p, bytes, &w, NCCL_WIN_COLL_SYMMETRIC));
+        windows_.push_back(w);
+#else
+        PERF_DIE("-R 2: this NCCL has no windows (ncclCommWindowRegister, NCCL 2.27+)");
+#endif
+      }
+    }
+  }
 
   void allReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op) override {
     NCCLCHECK(ncclAllReduce(send, recv, count, t, op, comm_, dev_->stream()));
@@ -117,9 +142,26 @@ class NcclOps final : public Ops {
  private:
   ncclComm_t comm_;
   Device* dev_;
+  std::vector<void*> handles_;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  std::vector<ncclWindow_t> windows_;
+#endif
 };
 
 }  // namespace
+
+void registerNcclBuffers(const std::vector<std::unique_ptr<Ops>>& ops, const std::vector<Device*>& devices,
+                         const std::vector<void*>& send, const std::vector<void*>& recv, size_t bytes,
+                         int mode) {
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    threads.emplace_back([&, i] {
+      devices[i]->select();
+      ops[i]->registerBuffers(send[i], recv[i], bytes, mode);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
 
 ncclUniqueId ncclId() {
   ncclUniqueId id;

@@ -42,7 +42,7 @@ namespace {
       "  [-r,--root <root, -1 = all>] [-z,--blocking <0/1>] [-G,--cudagraph <graph launches>]\n"
       "  [-a,--average <0 rank0/1 avg/2 min/3 max>] [-C,--report_cputime <0/1>]\n"
       "  [-P,--nprocs <ranks to fork, without mpirun>] [-R,--reference <mpi>] [-J,--json <file>]\n"
-      "  [-h,--help]\n"
+      "  [-R <0/1/2>: buffers from ncclMemAlloc, 1 registered, 2 symmetric windows] [-h,--help]\n"
       "Run under mpirun for one rank per process, or with -P N for N forked ranks.\n",
       program);
   std::exit(status);
@@ -130,7 +130,7 @@ Options parseOptions(int argc, char** argv, const char* program) {
         }
         break;
       case 'R':
-        // nccl-tests' -R 0/1/2 (buffer registration) is accepted and not done.
+        // nccl-tests' -R 0/1/2: buffer registration.
         if (std::strcmp(optarg, "0") == 0 || std::strcmp(optarg, "1") == 0 || std::strcmp(optarg, "2") == 0) {
           o.registration = std::atoi(optarg);
           break;

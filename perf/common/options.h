@@ -31,7 +31,7 @@ struct Options {
   int reportCputime = 0;        // -C
   int nprocs = 1;               // -P, forked ranks (no MPI)
   std::string reference;        // -R mpi: time Open MPI's collectives instead
-  int registration = 0;         // -R 0/1/2: nccl-tests' buffer registration (not done)
+  int registration = 0;         // -R 0/1/2: nccl-tests' buffer registration
   std::string jsonFile;         // -J
 };
 

@@ -85,24 +85,30 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
   ctx.stall = comm;
   Channel& ch = comm->channels()[c];
 
+  if constexpr (!Op::kHasPre) {
+    if (plan.choice.zeroCopy) {
+      SymmetricWindows& windows = comm->windows();
+      SymCall call;
+      call.rank = rank;
+      call.nranks = n;
+      call.slots = windows.slots(c);
+      call.windows = &windows;
+      call.sendWindow = plan.sendWindow, call.sendOffset = plan.sendOffset;
+      call.recvWindow = plan.recvWindow, call.recvOffset = plan.recvOffset;
+      call.channelOffset = lo;
+      HostSymPrims<T, Op> prims(call, ctx, op);
+      const size_t block = kZeroCopyBlockBytes / sizeof(T);
+      switch (a.type) {
+        case CollType::AllReduce: coll::symmetricAllReduce(prims, len, block); break;
+        case CollType::AllGather: coll::symmetricAllGather(prims, len, a.count, block); break;
+        case CollType::ReduceScatter: coll::symmetricReduceScatter(prims, len, a.count, block); break;
+        default: return internalError(a.name, " cannot run zero-copy");
+      }
+      return prims.status();
+    }
+  }
   switch (plan.choice.algo) {
     case Algo::Direct: {
-      if constexpr (!Op::kHasPre) {
-        if (plan.choice.zeroCopy) {
-          SymmetricWindows& windows = comm->windows();
-          SymCall call;
-          call.rank = rank;
-          call.nranks = n;
-          call.slots = windows.slots(c);
-          call.windows = &windows;
-          call.sendWindow = plan.sendWindow, call.sendOffset = plan.sendOffset;
-          call.recvWindow = plan.recvWindow, call.recvOffset = plan.recvOffset;
-          call.channelOffset = lo;
-          HostSymPrims<T, Op> prims(call, ctx, op);
-          coll::symmetricAllReduce(prims, len, sizeof(T), kZeroCopyBlockBytes / sizeof(T));
-          return prims.status();
-        }
-      }
       PeerConnector sends[kMaxPrimsPeers], recvs[kMaxPrimsPeers];
       int k = 0;
       for (int p = 0; p < n; ++p) {
@@ -295,6 +301,23 @@ size_t tuneBytes(const CollArgs& a, int nranks) {
   return a.type == CollType::ReduceScatter ? bytes * static_cast<size_t>(nranks) : bytes;
 }
 
+// Whether both buffers of a collective that can run zero-copy are in
+// zero-copy windows (every rank decides alike when every rank passes
+// windowed buffers, as NCCL requires of symmetric windows).
+bool inWindows(Communicator* comm, const CollArgs& a, Plan* plan) {
+  const size_t bytes = a.count * datatypeSize(a.datatype), all = bytes * static_cast<size_t>(comm->nranks());
+  size_t sendBytes = bytes, recvBytes = bytes;
+  switch (a.type) {
+    case CollType::AllReduce: break;
+    case CollType::AllGather: recvBytes = all; break;
+    case CollType::ReduceScatter: sendBytes = all; break;
+    default: return false;  // broadcast and reduce: non-roots need not pass both buffers
+  }
+  if (a.type != CollType::AllGather && static_cast<int>(a.op) >= ncclNumOps) return false;  // PreMulSum
+  return comm->windows().find(a.send, sendBytes, &plan->sendWindow, &plan->sendOffset) &&
+         comm->windows().find(a.recv, recvBytes, &plan->recvWindow, &plan->recvOffset);
+}
+
 Status runNow(Communicator* comm, const CollArgs& a) {
   // Comparing across ranks blocks on them (see groupMustNotBlock).
   const bool check = paramCheckColl.get() && comm->nranks() > 1;
@@ -313,12 +336,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                  gpu ? kMaxChannels : comm->hostChannels(),
                  gpu ? 0 : Communicator::hostCores()};
     in.gpu = gpu;
-    if (!gpu && a.type == CollType::AllReduce && comm->nranks() > 1 && comm->windows().any() &&
-        static_cast<int>(a.op) < ncclNumOps) {
-      const size_t bytes = a.count * datatypeSize(a.datatype);
-      in.windows = comm->windows().find(a.send, bytes, &plan.sendWindow, &plan.sendOffset) &&
-                   comm->windows().find(a.recv, bytes, &plan.recvWindow, &plan.recvOffset);
-    }
+    if (!gpu && comm->nranks() > 1 && comm->windows().any()) in.windows = inWindows(comm, a, &plan);
     in.ringBusGBs = comm->topologySchedule().ringBusBw;
     in.treeBusGBs = comm->topologySchedule().treeBusBw;
     plan.choice = comm->choices().select(in);

@@ -236,7 +236,18 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
       for (int pi = 0; pi < 2; ++pi) {  // the host speaks Simple and LL
         if (pass == 0 && (!algos.allowed[c][ai] || !protos.allowed[c][pi])) continue;
         double steps = 0, bytes = 0;
-        if (!model(static_cast<Algo>(ai), in, &steps, &bytes)) continue;
+        // Zero-copy (windows, host): two meetings; each rank moves its share
+        // of every rank's buffers (all-gather: its block to n-1 peers).
+        const bool zeroCopy = ai == static_cast<int>(Algo::Direct) && in.windows && !in.gpu && pi == 0 &&
+                              in.bytes <= paramZeroCopyMaxBytes.get() &&
+                              (in.coll == CollType::AllReduce || in.coll == CollType::AllGather ||
+                               in.coll == CollType::ReduceScatter);
+        if (zeroCopy) {
+          steps = 2;
+          bytes = static_cast<double>(in.bytes) * (in.coll == CollType::AllGather ? in.nranks - 1 : 1);
+        } else if (!model(static_cast<Algo>(ai), in, &steps, &bytes)) {
+          continue;
+        }
         int nch = 1;
         if (in.gpu) {
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kGpuBytesPerChannel), minCh, maxCh);
@@ -248,12 +259,7 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
           const double per = in.nnodes > 1 ? kNetBytesPerChannel : kBytesPerChannel;
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / per), minCh, maxCh);
         }
-        const bool zeroCopy = ai == static_cast<int>(Algo::Direct) && in.windows && !in.gpu && pi == 0 &&
-                              in.bytes <= paramZeroCopyMaxBytes.get();
         if (zeroCopy) {
-          // Each rank reduces a 1/n share of every rank's input into every output.
-          steps = 2;
-          bytes = static_cast<double>(in.bytes);
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kBytesPerChannel), minCh, maxCh);
         }
         const ProtoCost& cost = in.gpu ? kGpuCost[pi] : zeroCopy ? kZeroCopyCost : kHostCost[pi];

@@ -55,8 +55,9 @@ struct TuneInput {
   int maxChannels;  // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
   int cores = 0;    // cores of this host (0: unknown); fewer than localRanks means ranks share cores
   bool gpu = false;  // the GPU backend (its own cost constants)
-  // Host all-reduce whose buffers are in zero-copy windows on every rank
-  // (ncclCommWindowRegister): Direct may run zero-copy.
+  // Host all-reduce, all-gather or reduce-scatter whose buffers are in
+  // zero-copy windows on every rank (ncclCommWindowRegister): Direct may
+  // run zero-copy.
   bool windows = false;
   // What the topology search expects the links to carry for each algorithm
   // (bus bandwidth of all channels together, GB/s; 0: unknown). The

@@ -1,9 +1,10 @@
 // Zero-copy collectives on windows (ncclCommWindowRegister) on the host
 // backend: ranks as forked processes map each other's ncclMemAlloc memory
 // (core/symmetric.h). The whole collective sweep runs on buffers carved
-// from one registered window per rank, and the log proves the all-reduces
-// ran zero-copy; ranks that disagree about windows get an error, not a hang;
-// a window on memory a peer cannot map falls back to the FIFOs.
+// from one registered window per rank, and the log proves the all-reduces,
+// all-gathers and reduce-scatters ran zero-copy; ranks that disagree about
+// windows get an error, not a hang; a window on memory a peer cannot map
+// falls back to the FIFOs.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,12 +69,23 @@ class WindowMemory final : public HostMemory {
   int live_ = 0;
 };
 
-// Lines of this process's log (NCCL_DEBUG_FILE=<dir>/%p.log) holding `text`.
-int logLines(const std::string& dir, const std::string& text) {
+// Lines of this process's log (NCCL_DEBUG_FILE=<dir>/%p.log) holding
+// `text` (and `also`, if given).
+int logLines(const std::string& dir, const std::string& text, const std::string& also = "") {
   std::ifstream in(strCat(dir, "/", getpid(), ".log"));
   int lines = 0;
-  for (std::string line; std::getline(in, line);) lines += line.find(text) != std::string::npos;
+  for (std::string line; std::getline(in, line);) {
+    lines += line.find(text) != std::string::npos && line.find(also) != std::string::npos;
+  }
   return lines;
+}
+
+// "" if the log shows every collective that can run zero-copy doing so.
+std::string ranZeroCopy(const std::string& logDir) {
+  for (const char* name : {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter"}) {
+    if (logLines(logDir, name, "Direct/Simple zero-copy,") == 0) return strCat("no ", name, " ran zero-copy");
+  }
+  return "";
 }
 
 std::string makeLogDir() {
@@ -100,8 +112,7 @@ std::string sweepOnWindow(const ncclUniqueId& id, int rank, int n, SweepCounts c
   err += check(ncclCommDestroy(comm), "destroy");
   if (err.empty() && logLines(logDir, "zero-copy, mapped from all") != 1)
     err = "the window was not zero-copy";
-  if (err.empty() && logLines(logDir, "Direct/Simple zero-copy") == 0) err = "no all-reduce ran zero-copy";
-  return err;
+  return err.empty() ? ranZeroCopy(logDir) : err;
 }
 
 struct WindowCase {
@@ -155,9 +166,7 @@ TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
         }
         if (err.empty() && logLines(logDir, "zero-copy, mapped from all") != n)
           err = "a window was not zero-copy";
-        if (err.empty() && logLines(logDir, "Direct/Simple zero-copy") == 0)
-          err = "no all-reduce ran zero-copy";
-        return err;
+        return err.empty() ? ranZeroCopy(logDir) : err;
       },
       300, windowEnv(logDir));
   EXPECT_EQ(describeFailures(out), "");

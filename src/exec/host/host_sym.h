@@ -54,6 +54,9 @@ struct SymCall {
 template <typename T, typename Op>
 class HostSymPrims {
  public:
+  using Elem = T;
+  static constexpr int kMaxRanks = kMaxSymRanks;
+
   HostSymPrims(const SymCall& call, const PrimsContext& ctx, Op op)
       : call_(call), ctx_(ctx), op_(op), backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel) {}
 
@@ -84,26 +87,25 @@ class HostSymPrims {
     return true;
   }
 
-  void reduceToAll(size_t offset, size_t n) {
-    const int r = call_.rank, nr = call_.nranks;
-    T* dst = out_[r] + offset;
-    // In place, this rank's output is its own input: that input goes in
-    // first, before dst is written. (Every element is reduced by one rank
-    // only, so the order need not be the same across slices.)
-    const int first = r == 0 ? 1 : 0;
-    const T* a = in_[r] + offset;
-    const T* b = in_[first] + offset;
-    if (nr == 2) {  // one pass: both outputs written as the inputs are read
-      reduceInto2(dst, out_[first] + offset, a, b, n, op_);
+  const T* input(int q) const { return in_[q]; }
+  T* output(int q) const { return out_[q]; }
+
+  void reduceCopy(const T* const* src, int nsrc, T* const* dst, int ndst, size_t offset, size_t n) {
+    if (n == 0) return;
+    T* d = dst[0] + offset;
+    if (nsrc == 1) {
+      for (int k = 0; k < ndst; ++k) {
+        if (dst[k] != src[0]) std::memcpy(dst[k] + offset, src[0] + offset, n * sizeof(T));
+      }
       return;
     }
-    reduceInto(dst, a, b, n, op_);
-    for (int q = first + 1; q < nr; ++q) {
-      if (q != r) reduceInto(dst, dst, in_[q] + offset, n, op_);
+    if (nsrc == 2 && ndst == 2) {  // one pass writes both outputs as the inputs are read
+      reduceInto2(d, dst[1] + offset, src[0] + offset, src[1] + offset, n, op_);
+      return;
     }
-    for (int q = 0; q < nr; ++q) {
-      if (q != r) std::memcpy(out_[q] + offset, dst, n * sizeof(T));
-    }
+    reduceInto(d, src[0] + offset, src[1] + offset, n, op_);
+    for (int j = 2; j < nsrc; ++j) reduceInto(d, d, src[j] + offset, n, op_);
+    for (int k = 1; k < ndst; ++k) std::memcpy(dst[k] + offset, d, n * sizeof(T));
   }
 
   bool leave() {
