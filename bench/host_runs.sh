@@ -11,6 +11,9 @@
 #      socket transport against Open MPI's btl tcp on lo, two rounds, and a
 #      raw TCP stream over lo in the same run.
 #   bash bench/host_runs.sh [BUILD_DIR] [MAX_BYTES]
+# Environment: RANKS (rank counts of step 1), BIND (mpirun --bind-to for
+# step 1; default mpirun's own: a core per rank for 2 ranks, a socket for
+# more). Step 3 runs unbound, so each rank's proxy threads get cores.
 set -uo pipefail
 build=$(cd "${1:-build/host}" && pwd)
 max=${2:-256M}
@@ -19,7 +22,7 @@ mpi=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_v
 
 for n in ${RANKS:-2 4 8}; do
   for w in 0 1; do
-    "${mpi[@]}" -np "$n" "$build/bin/allreduce_vs_mpi" -b 8 -e "$max" -f 4 -w $w
+    "${mpi[@]}" ${BIND:+--bind-to $BIND} -np "$n" "$build/bin/allreduce_vs_mpi" -b 8 -e "$max" -f 4 -w $w
   done
 done
 
@@ -35,7 +38,7 @@ echo "# two host ids over loopback: raw TCP, one stream"
 sleep 0.3
 "$build/bin/tcp_stream" client 127.0.0.1 5301 $((4 << 30))
 wait
-hosts=(mpirun --allow-run-as-root -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo
+hosts=(mpirun --allow-run-as-root -np 2 --bind-to none --mca btl self,tcp --mca btl_tcp_if_include lo
   -x BRAID_BACKEND sh -c 'BRAID_HOSTID=host$OMPI_COMM_WORLD_RANK exec "$0" "$@"')
 for round in 1 2; do
   for ref in braid mpi; do

@@ -1,5 +1,7 @@
 #include "core/comm.h"
 
+#include <sched.h>
+
 #include <strings.h>
 #include <unistd.h>
 
@@ -219,11 +221,26 @@ int Communicator::hostCores() {
   return cores;
 }
 
+int Communicator::allowedCores() {
+  // The CPUs this process may run on (mpirun binds ranks to a core by
+  // default for 2 ranks): read once, at the first communicator.
+  static const int cores = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return hostCores();
+    return std::max(1, CPU_COUNT(&set));
+  }();
+  return cores;
+}
+
 int Communicator::hostChannels() const {
   // Across nodes the proxy thread moves every byte to and from the network:
   // it gets a core of the rank's share (2 cores, 1 rank per node: 0.9 against
-  // 0.5 GB/s all-reduce busbw with one channel instead of two).
-  const int cores = hostCores() / std::max(1, localRanks_);
+  // 0.5 GB/s all-reduce busbw with one channel instead of two). A rank bound
+  // to fewer CPUs than its share gets what it is bound to: channels beyond
+  // those would take turns on them (16 cores, 2 ranks bound to a core each,
+  // 2 MiB all-reduce: 4.8 GB/s busbw on 8 channels).
+  const int cores = std::min(allowedCores(), hostCores() / std::max(1, localRanks_));
   return std::max(1, nnodes_ > 1 ? cores - 1 : cores);
 }
 

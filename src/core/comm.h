@@ -144,6 +144,8 @@ class Communicator : public StallListener {
   // rank, less one for the proxy when there are several nodes.
   int hostChannels() const;
   static int hostCores();
+  // CPUs in this process's affinity mask (mpirun's binding).
+  static int allowedCores();
   // A wait of `channel` timed out: with BRAID_DUMP_ON_STALL=1, logs every
   // channel's counters and FIFO state.
   void onStall(int channel) override;
