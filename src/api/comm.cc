@@ -244,8 +244,9 @@ BRAID_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle)
       comm);
 }
 // Windows (NCCL 2.27+): collective. On the host backend every rank maps
-// every peer's window (core/symmetric.h) and all-reduces on windows run
-// zero-copy; GPU windows are recorded like registered buffers.
+// every peer's window (core/symmetric.h) and all-reduce, all-gather and
+// reduce-scatter on windows run zero-copy; GPU windows are recorded like
+// registered buffers.
 BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
           int winFlags) {
   return api::apiGuard(

@@ -29,8 +29,8 @@ SizeParam paramChunkSize("CHUNK_SIZE", 0,
 
 constexpr size_t kDefaultChunkBytes = 128 * 1024;
 constexpr size_t kChannelAlignBytes = 64;
-// A zero-copy all-reduce reduces this much, then copies it to the peers
-// while it is in cache.
+// A zero-copy collective moves this much at a time, so what goes to several
+// outputs is read back from cache.
 constexpr size_t kZeroCopyBlockBytes = 16 * 1024;
 
 // Divides every element by n (ncclAvg after a sum). Integers truncate, as
@@ -85,8 +85,10 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
   ctx.stall = comm;
   Channel& ch = comm->channels()[c];
 
-  if constexpr (!Op::kHasPre) {
-    if (plan.choice.zeroCopy) {
+  if (plan.choice.zeroCopy) {
+    if constexpr (Op::kHasPre) {
+      return internalError(a.name, ": PreMulSum cannot run zero-copy");  // inWindows() rules it out
+    } else {
       SymmetricWindows& windows = comm->windows();
       SymCall call;
       call.rank = rank;

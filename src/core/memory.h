@@ -36,7 +36,7 @@ bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out);
 //
 // Registration is a promise about a buffer's lifetime, as in NCCL. Host
 // windows are also mapped into the peers (core/symmetric.h) for zero-copy
-// all-reduce; registered buffers and GPU windows are not used by the
+// collectives; registered buffers and GPU windows are not used by the
 // kernels yet (collectives on them run as on any other buffer).
 class BufferRegistry {
  public:
