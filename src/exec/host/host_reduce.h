@@ -7,8 +7,14 @@
 
 #include <cstddef>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// Not under the sanitizers: the clones' resolver runs while the program is
+// relocated, before their runtime starts (TSan crashes there).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define BRAID_HOST_CLONES __attribute__((target_clones("avx2", "default")))
+#define BRAID_NO_LOOP_DEPS _Pragma("GCC ivdep")
+#elif defined(__GNUC__) && !defined(__clang__)
+#define BRAID_HOST_CLONES
 #define BRAID_NO_LOOP_DEPS _Pragma("GCC ivdep")
 #elif defined(__clang__)
 #define BRAID_HOST_CLONES
