@@ -255,12 +255,9 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
           // moves a ring's bytes in half the steps: unbounded here, it
           // would win at every size and then run on half the channels.
           if (ai == static_cast<int>(Algo::Direct)) nch = std::min(nch, kGpuPeerChannels);
-        } else if (ai != static_cast<int>(Algo::Direct)) {
+        } else if (ai != static_cast<int>(Algo::Direct) || zeroCopy) {  // windows: one node
           const double per = in.nnodes > 1 ? kNetBytesPerChannel : kBytesPerChannel;
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / per), minCh, maxCh);
-        }
-        if (zeroCopy) {
-          nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kBytesPerChannel), minCh, maxCh);
         }
         const ProtoCost& cost = in.gpu ? kGpuCost[pi] : zeroCopy ? kZeroCopyCost : kHostCost[pi];
         const bool shared = in.cores > 0 && in.localRanks > in.cores;  // ranks take turns on the cores
