@@ -175,7 +175,7 @@ Status runTyped(Communicator* comm, const CollArgs& a, Plan& plan, Op op) {
     if constexpr (Op::kHasPre) {
       for (size_t i = 0; i < a.count; ++i) out[i] = op.pre(in[i]);
     } else if (in != out) {
-      std::memcpy(out, in, a.count * sizeof(T));
+      copyElems(out, in, a.count);
     }
     return okStatus();
   }

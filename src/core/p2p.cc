@@ -8,6 +8,7 @@
 #include "core/gpu_engine.h"
 #include "core/group.h"
 #include "exec/host/backoff.h"
+#include "exec/host/host_reduce.h"
 #include "util/log.h"
 
 namespace braid {
@@ -25,7 +26,7 @@ bool progressSend(Progress& p, Connector& c, size_t slot) {
   bool moved = false;
   while (!p.complete() && c.sendSlotFree()) {
     size_t chunk = std::min(slot, p.op->bytes - p.done);
-    if (chunk > 0) std::memcpy(c.payload(c.step), static_cast<const char*>(p.op->sendBuf) + p.done, chunk);
+    if (chunk > 0) copyBytes(c.payload(c.step), static_cast<const char*>(p.op->sendBuf) + p.done, chunk);
     SlotHeader* h = c.header(c.step);
     h->bytes = chunk;
     h->step = c.step;
@@ -45,7 +46,7 @@ Status progressRecv(Progress& p, Connector& c, size_t slot, bool* moved) {
                           " bytes at step ", h->step, " where ", chunk, " bytes at step ", c.step,
                           " were expected); ncclSend and ncclRecv counts and types must match");
     }
-    if (chunk > 0) std::memcpy(static_cast<char*>(p.op->recvBuf) + p.done, c.payload(c.step), chunk);
+    if (chunk > 0) copyBytes(static_cast<char*>(p.op->recvBuf) + p.done, c.payload(c.step), chunk);
     c.counters->head.store(++c.step, std::memory_order_release);
     p.done += chunk;
     p.stepped = *moved = true;

@@ -165,7 +165,7 @@ class HostPrims {
       combine(target, in, pre, nin, n);
     }
     for (int i = 0; i < nout; ++i) {
-      if (out[i] != target && n > 0) std::memcpy(out[i], target, n * sizeof(T));
+      if (out[i] != target && n > 0) copyElems(out[i], target, n);
       postSend(i, out[i], n);
     }
     if (fromRecv) {
@@ -177,7 +177,7 @@ class HostPrims {
   void combine(T* target, const T* const* in, const bool* pre, int nin, size_t n) {
     const bool anyPre = Op::kHasPre && (pre[0] || (nin > 1 && pre[1]));
     if (nin == 1 && !anyPre) {
-      if (target != in[0]) std::memcpy(target, in[0], n * sizeof(T));
+      if (target != in[0]) copyElems(target, in[0], n);
       return;
     }
     if (nin == 1) {

@@ -95,7 +95,7 @@ class HostSymPrims {
     T* d = dst[0] + offset;
     if (nsrc == 1) {
       for (int k = 0; k < ndst; ++k) {
-        if (dst[k] != src[0]) std::memcpy(dst[k] + offset, src[0] + offset, n * sizeof(T));
+        if (dst[k] != src[0]) copyElems(dst[k] + offset, src[0] + offset, n);
       }
       return;
     }
@@ -105,7 +105,7 @@ class HostSymPrims {
     }
     reduceInto(d, src[0] + offset, src[1] + offset, n, op_);
     for (int j = 2; j < nsrc; ++j) reduceInto(d, d, src[j] + offset, n, op_);
-    for (int k = 1; k < ndst; ++k) std::memcpy(dst[k] + offset, d, n * sizeof(T));
+    for (int k = 1; k < ndst; ++k) copyElems(dst[k] + offset, d, n);
   }
 
   bool leave() {
