@@ -58,6 +58,17 @@ std::unordered_set<Communicator*>& registry() {
   return *set;
 }
 
+// Bumped (under gRegistryMutex) by every unregistration. A thread remembers
+// the last handle it found registered and the count then: while the count is
+// unchanged, that handle is still live and the next call on it skips the
+// lock (a loop of small collectives on one communicator, the common case).
+std::atomic<uint64_t> gUnregistrations{0};
+struct LiveHandle {
+  Communicator* comm = nullptr;
+  uint64_t unregistrations = 0;
+};
+thread_local LiveHandle tLastLive;
+
 std::string describePeer(const PeerInfo& p) {
   return strCat("rank ", p.rank, " (", p.hostId, ", pid ", p.pid, ")");
 }
@@ -404,6 +415,7 @@ void registerComm(Communicator* comm) {
 
 bool unregisterComm(Communicator* comm) {
   std::lock_guard<std::mutex> lock(gRegistryMutex);
+  gUnregistrations.fetch_add(1);  // before the caller's waitUnused reads users_
   return registry().erase(comm) == 1;
 }
 
@@ -424,7 +436,23 @@ Status CommUse::acquire(Communicator* comm) {
 Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady, CommUse* use) {
   if (handle == nullptr) return invalidArgument("argument 'comm' is NULL");
   Communicator* comm = static_cast<Communicator*>(handle);
-  {
+  bool live = false;
+  if (tLastLive.comm == comm && tLastLive.unregistrations == gUnregistrations.load()) {
+    live = true;
+    if (use != nullptr && use->comm_ == nullptr) {
+      // Marked in use, then the count read again: an unregistration that
+      // this read misses comes after it, and its waitUnused sees the mark
+      // (both sides sequentially consistent).
+      comm->users_.fetch_add(1);
+      if (tLastLive.unregistrations == gUnregistrations.load()) {
+        use->comm_ = comm;
+      } else {
+        comm->users_.fetch_sub(1);
+        live = false;
+      }
+    }
+  }
+  if (!live) {
     std::lock_guard<std::mutex> lock(gRegistryMutex);
     if (registry().count(comm) == 0) {
       return invalidArgument("argument 'comm' (", static_cast<void*>(handle),
@@ -434,6 +462,7 @@ Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady, CommUse
       comm->users_.fetch_add(1);
       use->comm_ = comm;
     }
+    tLastLive = {comm, gUnregistrations.load()};
   }
   if (needReady) {
     ncclResult_t state = comm->asyncError();

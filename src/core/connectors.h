@@ -32,7 +32,9 @@ class ConnectorFactory {
  public:
   ConnectorFactory(bootstrap::Bootstrap* bs, std::vector<PeerPlace> peers, const std::atomic<bool>* abort,
                    double timeoutSec)
-      : bs_(bs), peers_(std::move(peers)), abort_(abort), timeoutSec_(timeoutSec) {}
+      : bs_(bs), peers_(std::move(peers)), abort_(abort), timeoutSec_(timeoutSec) {
+    for (const PeerPlace& p : peers_) anyNet_ |= !p.sameHost;
+  }
 
   // The PCI addresses of the NICs nearest this rank's GPU, nearest first
   // (topology: nicsNearestFirst); `near` names the GPU in the log. Called
@@ -65,14 +67,20 @@ class ConnectorFactory {
   // The first failure of a net connector ("" / ok when none).
   Status netError() const { return sink_->first(); }
   // Raised (with the others registered) when a net connector fails, so that
-  // waits on it end at once instead of at the stall timeout.
-  void watch(std::atomic<bool>* flag) { sink_->watch(flag); }
-  void unwatch(std::atomic<bool>* flag) { sink_->unwatch(flag); }
+  // waits on it end at once instead of at the stall timeout. Nothing to
+  // watch (and no lock taken per collective) when every peer shares the host.
+  void watch(std::atomic<bool>* flag) {
+    if (anyNet_) sink_->watch(flag);
+  }
+  void unwatch(std::atomic<bool>* flag) {
+    if (anyNet_) sink_->unwatch(flag);
+  }
   NetErrorSink& errorSink() { return *sink_; }
 
  private:
   bootstrap::Bootstrap* bs_;
   std::vector<PeerPlace> peers_;
+  bool anyNet_ = false;  // a peer on another host
   const std::atomic<bool>* abort_;
   double timeoutSec_;
   NetSetup net_;

@@ -45,6 +45,11 @@ class Backoff {
     if (abort_ != nullptr && abort_->load(std::memory_order_relaxed)) return Result::Aborted;
     if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) return Result::Cancelled;
     const Clock::time_point now = Clock::now();
+    if (!started_) {  // the clock starts at the first check: most waits end before it
+      start_ = now;
+      started_ = true;
+      return Result::Ready;
+    }
     if (now - start_ > timeout()) return Result::TimedOut;
     const auto waited = now - start_;
     if (waited < std::chrono::microseconds(5)) return Result::Ready;
@@ -57,7 +62,7 @@ class Backoff {
   }
 
   void reset() {
-    start_ = Clock::now();
+    started_ = false;
     spins_ = 0;
   }
 
@@ -76,7 +81,10 @@ class Backoff {
   const std::atomic<bool>* abort_;
   const std::atomic<bool>* cancel_;
   double timeoutSec_;
-  Clock::time_point start_{};  // set by reset(), which wait() calls before its first pause
+  // Set at the first check after reset() (which wait() calls before its
+  // first pause): reading the clock costs about as much as a short wait.
+  Clock::time_point start_{};
+  bool started_ = false;
   uint64_t spins_ = 0;
 };
 
