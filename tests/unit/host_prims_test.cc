@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -237,6 +238,25 @@ TEST(HostPrims, StallsTimeOutNamingThePeerAndAbortAndCancelStopWaits) {
     raiser.join();
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
     EXPECT_NE(p.status().message().find(viaAbort ? "aborted" : "another channel failed"), std::string::npos);
+  }
+}
+
+// The engine's copy takes memcpy or its own loop by the pointers' relative
+// alignment: every skew and length copies exactly the bytes asked for.
+TEST(CopyBytes, EverySkewAndLength) {
+  std::vector<unsigned char> src(70000), dst(70000 + 160);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t skew = 0; skew < 68; ++skew) {
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{31}, size_t{255}, size_t{256}, size_t{257},
+                         size_t{4095}, size_t{65537}}) {
+      std::fill(dst.begin(), dst.end(), 0xAB);
+      copyBytes(dst.data() + 64 + skew, src.data() + 3, bytes);
+      ASSERT_EQ(std::memcmp(dst.data() + 64 + skew, src.data() + 3, bytes), 0)
+          << "skew " << skew << ", " << bytes;
+      for (size_t i = 0; i < 64 + skew; ++i) ASSERT_EQ(dst[i], 0xAB) << "before, skew " << skew;
+      for (size_t i = 64 + skew + bytes; i < dst.size(); ++i)
+        ASSERT_EQ(dst[i], 0xAB) << "after, skew " << skew;
+    }
   }
 }
 
