@@ -143,6 +143,9 @@ class Communicator : public StallListener {
   // Channels the host can run in parallel for this rank: cores per local
   // rank, less one for the proxy when there are several nodes.
   int hostChannels() const;
+  // More ranks on this host than it has cores: a waiting rank should give
+  // its core away at once, the rank it waits for may be queued behind it.
+  bool oversubscribed() const { return localRanks_ > hostCores(); }
   static int hostCores();
   // CPUs in this process's affinity mask (mpirun's binding).
   static int allowedCores();

@@ -79,6 +79,7 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
   ctx.abort = &comm->abortFlag();
   ctx.cancel = &plan.cancel;
   ctx.timeoutSec = comm->stallTimeoutSeconds();
+  ctx.spin = !comm->oversubscribed();
   ctx.channel = c;
   ctx.collective = a.name;
   ctx.seq = plan.seq;
@@ -338,10 +339,19 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                  gpu ? kMaxChannels : comm->hostChannels(),
                  gpu ? 0 : Communicator::hostCores()};
     in.gpu = gpu;
-    if (!gpu && comm->nranks() > 1 && comm->windows().any()) in.windows = inWindows(comm, a, &plan);
     in.ringBusGBs = comm->topologySchedule().ringBusBw;
     in.treeBusGBs = comm->topologySchedule().treeBusBw;
+    // Where the communicator has windows, first the choice as if the buffers
+    // were in them: only when that is zero-copy are the buffers looked up (a
+    // lock each), so small collectives skip the lookup. Otherwise the best
+    // choice without windows (which may be a Direct/Simple that the
+    // zero-copy candidate displaced).
+    in.windows = !gpu && comm->nranks() > 1 && comm->windows().any();
     plan.choice = comm->choices().select(in);
+    if (in.windows && (!plan.choice.zeroCopy || !inWindows(comm, a, &plan))) {
+      in.windows = false;
+      plan.choice = comm->choices().select(in);
+    }
     // A channel gets at least a cache line's worth, so tiny counts use one.
     const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));
     plan.choice.nChannels = static_cast<int>(std::max<size_t>(

@@ -100,7 +100,7 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
     std::atomic<bool>* flag;
     ~Unwatch() { comm->connectors().unwatch(flag); }
   } unwatch{comm, &netFailed};
-  Backoff backoff(&comm->abortFlag(), comm->stallTimeoutSeconds(), &netFailed);
+  Backoff backoff(&comm->abortFlag(), comm->stallTimeoutSeconds(), &netFailed, !comm->oversubscribed());
   backoff.reset();
   while (!sends.empty() || !recvs.empty()) {
     bool moved = false;

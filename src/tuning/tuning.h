@@ -79,12 +79,14 @@ struct TuneChoice {
 // Chooses for one collective; never fails (Ring/Simple implements everything).
 TuneChoice selectAlgorithm(const TuneInput& in);
 
-// A communicator's memory of its last choice per collective: a loop of
-// equal calls (the common case) skips the selector.
+// A communicator's memory of its last choice per collective, with and
+// without windows: a loop of equal calls (the common case) skips the
+// selector, also when the caller asks both ways (runNow does when windows
+// were offered but the buffers are outside them).
 class ChoiceCache {
  public:
   const TuneChoice& select(const TuneInput& in) {
-    Entry& e = entries_[static_cast<int>(in.coll)];
+    Entry& e = entries_[static_cast<int>(in.coll)][in.windows ? 1 : 0];
     if (!e.valid || e.in.bytes != in.bytes || e.in.nranks != in.nranks || e.in.nnodes != in.nnodes ||
         e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores ||
         e.in.gpu != in.gpu || e.in.windows != in.windows || e.in.ringBusGBs != in.ringBusGBs ||
@@ -102,7 +104,7 @@ class ChoiceCache {
     TuneInput in{};
     TuneChoice choice;
   };
-  Entry entries_[kNumCollTypes];
+  Entry entries_[kNumCollTypes][2];
 };
 
 // Parses a NCCL_ALGO / NCCL_PROTO value (exposed for the parameter

@@ -19,8 +19,11 @@ class Backoff {
 
   // `cancel` (optional) stops the wait like abort, for a reason of the
   // caller's (another channel of the same collective failed).
-  Backoff(const std::atomic<bool>* abort, double timeoutSec, const std::atomic<bool>* cancel = nullptr)
-      : abort_(abort), cancel_(cancel), timeoutSec_(timeoutSec) {}
+  // `spin`: how long a wait spins before it yields its core; none when
+  // there are more ranks than cores (the peer it waits for may need it).
+  Backoff(const std::atomic<bool>* abort, double timeoutSec, const std::atomic<bool>* cancel = nullptr,
+          bool spin = true)
+      : abort_(abort), cancel_(cancel), timeoutSec_(timeoutSec), spin_(spin) {}
 
   // Waits until ready() is true, the abort flag rises or the deadline passes.
   template <typename Ready>
@@ -52,7 +55,7 @@ class Backoff {
     }
     if (now - start_ > timeout()) return Result::TimedOut;
     const auto waited = now - start_;
-    if (waited < std::chrono::microseconds(5)) return Result::Ready;
+    if (spin_ && waited < std::chrono::microseconds(5)) return Result::Ready;
     if (waited < std::chrono::microseconds(200)) {
       sched_yield();
     } else {
@@ -81,6 +84,7 @@ class Backoff {
   const std::atomic<bool>* abort_;
   const std::atomic<bool>* cancel_;
   double timeoutSec_;
+  bool spin_;
   // Set at the first check after reset() (which wait() calls before its
   // first pause): reading the clock costs about as much as a short wait.
   Clock::time_point start_{};

@@ -55,6 +55,7 @@ struct PrimsContext {
   const char* collective = "";  // the API name; messages add " #seq"
   uint64_t seq = 0;
   StallListener* stall = nullptr;
+  bool spin = true;  // false: more ranks than cores, waits yield at once
 };
 
 struct PeerConnector {
@@ -104,7 +105,7 @@ class HostPrims {
         localPos_(localPos < 0 ? nrecv : localPos),
         ctx_(ctx),
         op_(op),
-        backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel) {
+        backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel, ctx.spin) {
     size_t slot = ~size_t(0);
     for (int i = 0; i < nsend; ++i) sends_[i] = sends[i], slot = std::min(slot, sends[i].conn->slotBytes);
     for (int i = 0; i < nrecv; ++i) recvs_[i] = recvs[i], slot = std::min(slot, recvs[i].conn->slotBytes);

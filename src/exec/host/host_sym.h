@@ -58,7 +58,7 @@ class HostSymPrims {
   static constexpr int kMaxRanks = kMaxSymRanks;
 
   HostSymPrims(const SymCall& call, const PrimsContext& ctx, Op op)
-      : call_(call), ctx_(ctx), op_(op), backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel) {}
+      : call_(call), ctx_(ctx), op_(op), backoff_(ctx.abort, ctx.timeoutSec, ctx.cancel, ctx.spin) {}
 
   int nranks() const { return call_.nranks; }
   int rank() const { return call_.rank; }
