@@ -26,6 +26,10 @@ BoolParam paramCheckColl("CHECK_COLL", false,
 SizeParam paramChunkSize("CHUNK_SIZE", 0,
                          "Bytes one FIFO step of a ring carries (0: 128K for Simple; at most BUFFSIZE/8); "
                          "smaller steps pipeline better, larger ones synchronize less");
+SizeParam paramHostStreamBytes("HOST_STREAM_BYTES", 32u << 20,
+                               "Host collectives whose output on a rank is at least this many bytes write it "
+                               "with non-temporal (streaming) stores, sparing the reads of destination lines "
+                               "the caches could not keep anyway (0: never)");
 
 constexpr size_t kDefaultChunkBytes = 128 * 1024;
 constexpr size_t kChannelAlignBytes = 64;
@@ -80,6 +84,9 @@ Status runChannel(Communicator* comm, const CollArgs& a, Plan& plan, int c, Op o
   ctx.cancel = &plan.cancel;
   ctx.timeoutSec = comm->stallTimeoutSeconds();
   ctx.spin = !comm->oversubscribed();
+  const size_t outBytes = a.count * sizeof(T) * static_cast<size_t>(a.type == CollType::AllGather ? n : 1);
+  ctx.streamOutput =
+      paramHostStreamBytes.get() > 0 && outBytes >= static_cast<size_t>(paramHostStreamBytes.get());
   ctx.channel = c;
   ctx.collective = a.name;
   ctx.seq = plan.seq;

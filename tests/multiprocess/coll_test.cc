@@ -83,7 +83,11 @@ INSTANTIATE_TEST_SUITE_P(
                       AlgoCase{"RingLL4", 4, {"NCCL_ALGO=Ring", "NCCL_PROTO=LL"}, false},
                       AlgoCase{"RingThreeChannels4", 4, {"NCCL_ALGO=Ring", "NCCL_MIN_NCHANNELS=3"}, true},
                       AlgoCase{"DirectSimple3", 3, {"NCCL_ALGO=Direct", "NCCL_PROTO=Simple"}, false},
-                      AlgoCase{"DirectLL5", 5, {"NCCL_ALGO=Direct", "NCCL_PROTO=LL"}, false}),
+                      AlgoCase{"DirectLL5", 5, {"NCCL_ALGO=Direct", "NCCL_PROTO=LL"}, false},
+                      // Streaming stores for every output (normally from 32 MiB): every
+                      // step shape writes the user's buffer through them.
+                      AlgoCase{"RingStreaming3", 3, {"NCCL_ALGO=Ring", "BRAID_HOST_STREAM_BYTES=1"}, true},
+                      AlgoCase{"TreeStreaming4", 4, {"NCCL_ALGO=Tree", "BRAID_HOST_STREAM_BYTES=1"}, false}),
     [](const ::testing::TestParamInfo<AlgoCase>& p) { return std::string(p.param.name); });
 
 // Ranks placed round-robin on two hosts (BRAID_HOSTID; peers on the other

@@ -56,6 +56,10 @@ struct PrimsContext {
   uint64_t seq = 0;
   StallListener* stall = nullptr;
   bool spin = true;  // false: more ranks than cores, waits yield at once
+  // The collective's output is larger than the caches: Simple steps write
+  // the user's buffer with streaming stores (reductions go to the slot
+  // first, then stream out).
+  bool streamOutput = false;
 };
 
 struct PeerConnector {
@@ -161,10 +165,16 @@ class HostPrims {
     // user's buffer and a slot in the same loop measured 5x slower on the CI
     // machine, 2.7 against 13 GB/s at 512 KiB; the two store streams likely
     // alias at equal page offsets.)
-    T* target = dst != nullptr ? dst : (nout > 0 ? out[0] : nullptr);
+    const bool stream = P == Protocol::Simple && ctx_.streamOutput && dst != nullptr && n > 0;
+    T* target = dst != nullptr && !(stream && nout > 0) ? dst : (nout > 0 ? out[0] : nullptr);
     if (target != nullptr && n > 0) {
-      combine(target, in, pre, nin, n);
+      if (stream && target == dst && nin == 1 && !(Op::kHasPre && pre[0]) && in[0] != dst) {
+        streamElems(dst, in[0], n);
+      } else {
+        combine(target, in, pre, nin, n);
+      }
     }
+    if (stream && target != dst) streamElems(dst, target, n);
     for (int i = 0; i < nout; ++i) {
       if (out[i] != target && n > 0) copyElems(out[i], target, n);
       postSend(i, out[i], n);

