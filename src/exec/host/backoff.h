@@ -19,8 +19,9 @@ class Backoff {
 
   // `cancel` (optional) stops the wait like abort, for a reason of the
   // caller's (another channel of the same collective failed).
-  // `spin`: how long a wait spins before it yields its core; none when
-  // there are more ranks than cores (the peer it waits for may need it).
+  // `spin`: whether a wait spins (about 5 us) before it yields its core;
+  // not when there are more ranks than cores (the peer it waits for may
+  // need the core).
   Backoff(const std::atomic<bool>* abort, double timeoutSec, const std::atomic<bool>* cancel = nullptr,
           bool spin = true)
       : abort_(abort), cancel_(cancel), timeoutSec_(timeoutSec), spin_(spin) {}
