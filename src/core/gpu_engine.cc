@@ -562,6 +562,10 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   int nch = 1;
   plan(a, choice, &d.algo, &nch);
   d.nChannels = nch;
+  if (!device::kernelsRun(devOp(a.op), d.algo, n)) {
+    return internalError(a.name, ": the GPU kernels of operator ", static_cast<int>(a.op), " do not run ",
+                         algoName(choice.algo), " with ", n, " ranks, yet the selector chose it");
+  }
   if (!ready(a, choice)) {
     if (groupMustNotBlock()) return groupWouldBlock();
     CaptureTolerant tolerant;

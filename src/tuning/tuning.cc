@@ -167,7 +167,7 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
         default: *steps = n - 1, *bytes = b; return true;  // broadcast, reduce: a pipelined chain
       }
     case Algo::Tree: {
-      if (in.coll != CollType::AllReduce) return false;
+      if (in.coll != CollType::AllReduce || in.fewAlgos) return false;
       const double depth = (in.localRanks - 1) + log2Ceil(in.nnodes);
       *steps = 2 * depth, *bytes = 2 * b;
       return true;
@@ -175,6 +175,7 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
     case Algo::Direct:
       // One exchange; every rank copies its input to n-1 peers and reduces n inputs.
       if (in.coll != CollType::AllReduce || in.nnodes > 1 || in.nranks > kDirectMaxRanks) return false;
+      if (in.fewAlgos && in.nranks > 2) return false;
       if (in.gpu) {
         *steps = 1, *bytes = (n - 1) * b;  // n-1 peers written at once, each through its own link
       } else {

@@ -55,6 +55,10 @@ struct TuneInput {
   int maxChannels;  // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
   int cores = 0;    // cores of this host (0: unknown); fewer than localRanks means ranks share cores
   bool gpu = false;  // the GPU backend (its own cost constants)
+  // GPU all-reduce with an operator other than sum and average (prod, min,
+  // max, PreMulSum): the kernels of those operators hold Ring, and Direct
+  // for 2 ranks, only (docs/gpu.md, "Building").
+  bool fewAlgos = false;
   // Host all-reduce, all-gather or reduce-scatter whose buffers are in
   // zero-copy windows on every rank (ncclCommWindowRegister): Direct may
   // run zero-copy.
@@ -89,8 +93,8 @@ class ChoiceCache {
     Entry& e = entries_[static_cast<int>(in.coll)][in.windows ? 1 : 0];
     if (!e.valid || e.in.bytes != in.bytes || e.in.nranks != in.nranks || e.in.nnodes != in.nnodes ||
         e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores ||
-        e.in.gpu != in.gpu || e.in.windows != in.windows || e.in.ringBusGBs != in.ringBusGBs ||
-        e.in.treeBusGBs != in.treeBusGBs) {
+        e.in.gpu != in.gpu || e.in.fewAlgos != in.fewAlgos || e.in.windows != in.windows ||
+        e.in.ringBusGBs != in.ringBusGBs || e.in.treeBusGBs != in.treeBusGBs) {
       e.in = in;
       e.choice = selectAlgorithm(in);
       e.valid = true;

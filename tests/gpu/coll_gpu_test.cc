@@ -228,7 +228,7 @@ TEST(GpuCollSweep, InitAllOneThreadPerGpu) {
         if (!report.empty()) return;
         GpuMemory memory(g.deviceOf(r), stream, kSyncTimeoutSec);
         report = collSweep(comms[static_cast<size_t>(r)], r, n, SweepCounts::kQuick, memory);
-        if (!memory.wedged()) hipStreamDestroy(stream);
+        if (!memory.wedged()) (void)hipStreamDestroy(stream);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -270,7 +270,7 @@ std::string groupChecks(const std::vector<ncclComm_t>& comms, std::vector<std::u
       std::string err = in[r]->error() + out[r]->error() + all[r]->error() + next[r]->error();
       if (!err.empty()) return err + tag;
     }
-    hipSetDevice(0);
+    (void)hipSetDevice(0);
     // All-reduce out of place.
     ncclGroupStart();
     for (int r = 0; r < n; ++r) {
@@ -360,7 +360,7 @@ std::string driveInGroups(const GpuRanks& g) {
   bool wedged = false;
   for (auto& m : mems) wedged = wedged || m->wedged();
   for (int r = 0; r < n && !wedged; ++r) {
-    if (streams[static_cast<size_t>(r)] != nullptr) hipStreamDestroy(streams[static_cast<size_t>(r)]);
+    if (streams[static_cast<size_t>(r)] != nullptr) (void)hipStreamDestroy(streams[static_cast<size_t>(r)]);
   }
   return err + endAll(comms, !err.empty());
 }

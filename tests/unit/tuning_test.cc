@@ -179,6 +179,30 @@ TEST(Selector, TwoGpusTakeTheRingForLargeAllReduces) {
   }
 }
 
+// Operators other than sum have Ring, and Direct for 2 ranks, in the GPU
+// kernel table: the selector never gives them anything else, forced or not.
+TEST(Selector, GpuOperatorsOtherThanSumGetRingOrTwoRankDirect) {
+  for (int nranks : {2, 4, 8}) {
+    for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{256} << 20}) {
+      TuneInput in = input(CollType::AllReduce, bytes, nranks);
+      in.gpu = true;
+      in.fewAlgos = true;
+      in.maxChannels = kMaxChannels;
+      const TuneChoice c = selectAlgorithm(in);
+      EXPECT_TRUE(c.algo == Algo::Ring || (c.algo == Algo::Direct && nranks == 2))
+          << nranks << " ranks, " << bytes << " B: " << algoName(c.algo);
+      EnvGuard g("NCCL_ALGO", "Tree");
+      const TuneChoice forced = selectAlgorithm(in);
+      EXPECT_TRUE(forced.algo == Algo::Ring || (forced.algo == Algo::Direct && nranks == 2));
+      EXPECT_NE(forced.note.find("NCCL_ALGO='Tree'"), std::string::npos);
+    }
+  }
+  TuneInput sum = input(CollType::AllReduce, 8, 8);  // sum: the one-shot of 8 ranks is there
+  sum.gpu = true;
+  sum.maxChannels = kMaxChannels;
+  EXPECT_EQ(selectAlgorithm(sum).algo, Algo::Direct);
+}
+
 TEST(Selector, HonoursTheEnvironment) {
   {
     EnvGuard g("NCCL_ALGO", "Tree");

@@ -11,6 +11,14 @@ namespace braid::device {
 // The operator a kernel reduces with (ncclAvg runs as Sum plus a division).
 enum class DevOp { Sum, Prod, Min, Max, PreMulSum };
 
+// Whether the kernel table runs `algo` for `op` with `nranks` ranks. To
+// keep the table's compile time within CI's bounds, only sum (and average,
+// a sum) has every algorithm; the other operators have Ring, and Direct
+// for at most 2 ranks (the selector knows: TuneInput::fewAlgos).
+constexpr bool kernelsRun(DevOp op, DevAlgo algo, int nranks) {
+  return op == DevOp::Sum || algo == DevAlgo::Ring || (algo == DevAlgo::Direct && nranks <= 2);
+}
+
 // False if BRAID_KERNEL_TYPES left `type` out of this build.
 bool collKernelsBuilt(ncclDataType_t type);
 
