@@ -72,9 +72,10 @@ TEST(CollFaults, CheckCollNamesTheRanksThatDisagree) {
 
 TEST(CollFaults, AMissingRankStallsWithAnErrorNamingItAndDumpsFifos) {
   RootProcess root = startRootProcess();
-  char dir[] = "/tmp/braid_stall_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string logPattern = std::string(dir) + "/log.%p";
+  const ScopedTempDir tmp("braid-stall-");
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string& dir = tmp.path();
+  const std::string logPattern = dir + "/log.%p";
   auto out = runRanks(
       3,
       [&](int rank, int n) -> std::string {
@@ -102,7 +103,7 @@ TEST(CollFaults, AMissingRankStallsWithAnErrorNamingItAndDumpsFifos) {
                          text.find("waiting for rank") != std::string::npos,
                      "message lacks collective, channel or peer: " + text);
         if (!err.empty()) return err;
-        std::ifstream log(std::string(dir) + "/log." + std::to_string(getpid()));
+        std::ifstream log(dir + "/log." + std::to_string(getpid()));
         std::stringstream content;
         content << log.rdbuf();
         return expect(content.str().find("collectives issued 2 completed 1") != std::string::npos &&

@@ -88,11 +88,6 @@ std::string ranZeroCopy(const std::string& logDir) {
   return "";
 }
 
-std::string makeLogDir() {
-  std::string dir = ::testing::TempDir() + "braid-windows-XXXXXX";
-  return mkdtemp(dir.data()) != nullptr ? dir : ::testing::TempDir();
-}
-
 std::vector<std::string> windowEnv(const std::string& logDir) {
   return {"BRAID_BOOTSTRAP_TIMEOUT=20", "BRAID_STALL_TIMEOUT=30", "NCCL_DEBUG=INFO",
           "NCCL_DEBUG_SUBSYS=COLL,ALLOC", "NCCL_DEBUG_FILE=" + logDir + "/%p.log"};
@@ -124,7 +119,9 @@ class CollWindows : public ::testing::TestWithParam<WindowCase> {};
 
 TEST_P(CollWindows, SweepOnWindowsRunsZeroCopy) {
   const WindowCase c = GetParam();
-  const std::string logDir = makeLogDir();
+  const ScopedTempDir dir("braid-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string& logDir = dir.path();
   const std::vector<std::string> env = windowEnv(logDir);
   RootProcess root = startRootProcess(env);
   const SweepCounts counts = c.full ? sweepCountsFromEnv() : SweepCounts::kQuick;
@@ -142,7 +139,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollWindows,
 // Ranks that are threads of one process (ncclCommInitAll) use each other's
 // windows directly, on any memory.
 TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
-  const std::string logDir = makeLogDir();
+  const ScopedTempDir dir("braid-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string& logDir = dir.path();
   auto out = runRanks(
       1,
       [&](int, int) -> std::string {
@@ -175,7 +174,9 @@ TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
 // One rank passes buffers outside its windows: the others wait for it in
 // vain and fail within the stall timeout, naming it; nobody hangs.
 TEST(CollWindowsFaults, RanksThatDisagreeAboutWindowsFail) {
-  const std::string logDir = makeLogDir();
+  const ScopedTempDir dir("braid-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string& logDir = dir.path();
   std::vector<std::string> env = windowEnv(logDir);
   env.push_back("BRAID_STALL_TIMEOUT=3");
   RootProcess root = startRootProcess(env);
@@ -215,7 +216,9 @@ TEST(CollWindowsFaults, RanksThatDisagreeAboutWindowsFail) {
 // mapped by the peers: the window is an ordinary registration, the log says
 // why, and collectives on it take the FIFOs and stay correct.
 TEST(CollWindowsFallback, WindowsOnPlainMemoryUseTheFifos) {
-  const std::string logDir = makeLogDir();
+  const ScopedTempDir dir("braid-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string& logDir = dir.path();
   const std::vector<std::string> env = windowEnv(logDir);
   RootProcess root = startRootProcess(env);
   auto out = runRanks(

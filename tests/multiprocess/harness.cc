@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 namespace braid::test {
 namespace {
@@ -146,6 +148,17 @@ std::string check(ncclResult_t result, const char* what) {
   if (result == ncclSuccess) return "";
   return std::string(what) + " returned " + std::to_string(result) + " (" + ncclGetErrorString(result) +
          "): " + ncclGetLastError(nullptr);
+}
+
+ScopedTempDir::ScopedTempDir(const std::string& prefix) {
+  const char* tmp = getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
+  if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
 }
 
 }  // namespace braid::test

@@ -54,4 +54,19 @@ std::string describeFailures(const std::vector<RankOutcome>& outcomes);
 // ncclResult_t and ncclGetLastError as one report line: "" on success.
 std::string check(ncclResult_t result, const char* what);
 
+// A fresh directory under the temporary directory (mkdtemp), removed with
+// everything in it when the test's object goes out of scope. Ranks end with
+// _exit, so only the test process ever removes it.
+class ScopedTempDir {
+ public:
+  explicit ScopedTempDir(const std::string& prefix);
+  ~ScopedTempDir();
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  const std::string& path() const { return path_; }  // "" if it could not be made
+
+ private:
+  std::string path_;
+};
+
 }  // namespace braid::test

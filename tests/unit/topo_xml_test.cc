@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 
 #include "topology/model.h"
@@ -124,7 +125,9 @@ TEST_P(TopoFixture, RoundTripKeepsTheDocumentAndTheGraph) {
       ::testing::TempDir() + "/braid_topo_dump_" + std::to_string(getpid()) + "_" + GetParam() + ".xml";
   ASSERT_TRUE(writeXmlFile(path, *a.xml).ok());
   TopoSystem c;
-  ASSERT_TRUE(topoLoadFile(path, &c).ok());
+  const bool loaded = topoLoadFile(path, &c).ok();
+  std::remove(path.c_str());
+  ASSERT_TRUE(loaded);
   EXPECT_EQ(describeSystem(a), describeSystem(c));
 }
 
