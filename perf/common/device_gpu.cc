@@ -36,8 +36,8 @@ class GpuDevice final : public Device {
     GPUCHECK(GPU(StreamCreateWithFlags)(&stream_, GPU(StreamNonBlocking)));
   }
   ~GpuDevice() override {
-    if (graph_) GPU(GraphExecDestroy)(graph_);
-    GPU(StreamDestroy)(stream_);
+    if (graph_) (void)GPU(GraphExecDestroy)(graph_);
+    (void)GPU(StreamDestroy)(stream_);
   }
   void select() override { GPUCHECK(GPU(SetDevice)(index_)); }
   void* alloc(size_t bytes) override {

@@ -65,8 +65,8 @@ class GpuMemory : public SweepMemory {
   }
   void free(void* p) override {
     if (p == nullptr || wedged_) return;
-    hipSetDevice(device_);
-    hipFree(p);
+    (void)hipSetDevice(device_);
+    (void)hipFree(p);
   }
   std::string copyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return "";
