@@ -105,6 +105,12 @@ class Communicator : public StallListener {
   ncclResult_t pollAsyncError();
   // The GPU backend of this communicator, made on first use.
   Status gpuEngine(GpuEngine** out);
+  // Launches the GPU collectives a group has gathered (GpuEngine::flush);
+  // OK at once without a GPU engine.
+  Status flushGpuLaunches() {
+    GpuEngine* g = gpuView_.load();
+    return g != nullptr ? g->flush() : okStatus();
+  }
   void setAsyncError(const Status& status);
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }

@@ -96,6 +96,7 @@ class GpuEngineImpl final : public GpuEngine {
   Status init();
 
   Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) override;
+  Status flush() override;
   bool ready(const CollArgs& a, const TuneChoice& choice) const override;
   Status p2p(const std::vector<P2pOp>& ops, void* stream) override;
   Status stage(const void* src, size_t bytes, void* stream, const void** out) override;
@@ -179,6 +180,10 @@ class GpuEngineImpl final : public GpuEngine {
   // Outgrown staging buffers: launches in flight or captured graphs may
   // still read them, so they live as long as the engine.
   std::vector<void*> retiredStaging_;
+  // A group's collectives gathered for one launch (see GpuEngine::collective).
+  device::DevCollLaunch gathered_;
+  device::KernelKey gatheredKey_{};
+  void* gatheredStream_ = nullptr;
 };
 
 Status GpuEngineImpl::stage(const void* src, size_t bytes, void* stream, const void** out) {
@@ -557,8 +562,11 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   d.peerSend = devPeerSend_;
   d.peerRecv = devPeerRecv_;
   d.ctx = ctx();
-  d.elemSize = static_cast<int32_t>(datatypeSize(a.datatype));
-  d.chunkElems = choice.chunkBytes / static_cast<uint64_t>(d.elemSize);
+  // All-gather and broadcast run on bytes, whatever the datatype.
+  const device::KernelKey key{a.datatype, devOp(a.op), choice.proto, device::moveOnly(d.coll)};
+  const uint64_t elemSize = key.move ? 1 : datatypeSize(a.datatype);
+  if (key.move) d.count *= datatypeSize(a.datatype);
+  d.chunkElems = choice.chunkBytes / elemSize;
   int nch = 1;
   plan(a, choice, &d.algo, &nch);
   d.nChannels = nch;
@@ -577,7 +585,27 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
       BRAID_CHECK(ensureRing(nch));
     }
   }
-  return device::launchCollective(a.datatype, devOp(a.op), choice.proto, d, a.stream);
+  const bool fusable = groupFuses() && device::fusable(key.move ? device::DevOp::Sum : key.op, d.algo, n);
+  if (fusable && gathered_.n > 0 && gathered_.n < device::kDevMaxFused && gatheredKey_ == key &&
+      gatheredStream_ == a.stream) {
+    gathered_.items[gathered_.n++] = d;
+    return okStatus();
+  }
+  BRAID_CHECK(flush());
+  gathered_.items[0] = d;
+  gathered_.n = 1;
+  gatheredKey_ = key, gatheredStream_ = a.stream;
+  return fusable ? okStatus() : flush();
+}
+
+Status GpuEngineImpl::flush() {
+  if (gathered_.n == 0) return okStatus();
+  const int n = gathered_.n;
+  if (n > 1) BRAID_INFO(kLogColl, "%d collectives of a group in one launch", n);
+  Status s = useDevice();
+  if (s.ok()) s = device::launchCollectives(gatheredKey_, gathered_, gatheredStream_);
+  gathered_.n = 0;
+  return s;
 }
 
 Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {

@@ -34,8 +34,12 @@ class GpuEngine {
   static Status create(Communicator* comm, std::unique_ptr<GpuEngine>* out);
   virtual ~GpuEngine() = default;
 
-  // Launches one collective on `stream` with the selector's choice.
+  // Launches one collective on `stream` with the selector's choice. While
+  // a group runs (groupFuses()), it may instead join the collectives
+  // gathered before it, which share one launch when `flush` runs.
   virtual Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) = 0;
+  // Launches the gathered collectives, if any.
+  virtual Status flush() = 0;
   // Whether `collective` would launch without first connecting with peers
   // (which blocks on them): see groupMustNotBlock(). `p2p` checks its own.
   virtual bool ready(const CollArgs& a, const TuneChoice& choice) const = 0;

@@ -9,6 +9,7 @@
 #include "core/enqueue.h"
 #include "core/p2p.h"
 #include "nccl.h"
+#include "util/param.h"
 
 namespace braid {
 namespace {
@@ -20,8 +21,14 @@ struct Deferred {
   P2pOp p2p;
 };
 
+BoolParam paramGroupFuse("GROUP_FUSE", true,
+                         "launch a group's consecutive GPU collectives of one kernel (datatype, operator, "
+                         "protocol, stream) together, up to 8 per launch: sums, averages, all-gathers and "
+                         "broadcasts over Ring and the 2-rank Direct (docs/gpu.md)");
+
 thread_local int tlsDepth = 0;
 thread_local bool tlsNoBlock = false;
+thread_local bool tlsFuse = false;
 constexpr const char* kWouldBlock = "(this operation would block: it runs on a thread of its own)";
 thread_local std::vector<Deferred>* tlsOps = nullptr;
 struct PendingInit {
@@ -43,11 +50,20 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
   CommUse use;
   BRAID_CHECK(use.acquire(comm));
   Status first;
+  // Gathered GPU collectives launch before what follows them on a stream:
+  // a send/receive batch, or the end of this share.
+  tlsFuse = paramGroupFuse.get();
+  auto launchGathered = [&] {
+    Status s = comm->explainFailure(comm->flushGpuLaunches());
+    if (!s.ok()) comm->setAsyncError(s);
+    if (first.ok() && !s.ok()) first = s;
+  };
   std::vector<P2pOp> batch;
   size_t batchStart = *next;
   bool stopped = false;
   auto flush = [&](size_t at) {
     if (batch.empty() || stopped) return;
+    launchGathered();
     Status s = runP2pBatch(comm, batch);
     if (isGroupWouldBlock(s)) {
       stopped = true;
@@ -79,6 +95,8 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
     if (first.ok() && !s.ok()) first = s;
   }
   flush(items.size());
+  launchGathered();
+  tlsFuse = false;
   if (!stopped) *next = items.size();
   return first;
 }
@@ -86,6 +104,9 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
 }  // namespace
 
 bool groupMustNotBlock() { return tlsNoBlock; }
+bool groupFuses() {
+  return tlsFuse;
+}
 Status groupWouldBlock() { return Status(ncclInProgress, kWouldBlock); }
 bool isGroupWouldBlock(const Status& s) { return s.code() == ncclInProgress && s.message() == kWouldBlock; }
 

@@ -44,6 +44,10 @@ void groupDeferP2p(Communicator* comm, const P2pOp& op);
 // groupWouldBlock() before doing anything, and that communicator's rest of
 // the group then runs on a thread of its own, as for the host backend.
 bool groupMustNotBlock();
+// True while a group's operations run on this thread and BRAID_GROUP_FUSE
+// is on: GPU collectives may be gathered, then launched together when the
+// group (or a send/receive batch of it) flushes them.
+bool groupFuses();
 Status groupWouldBlock();
 bool isGroupWouldBlock(const Status& s);
 

@@ -382,6 +382,18 @@ TEST(GpuCollGroup, OneThreadDrivesFourRanks) {
             "");
 }
 
+// A group of many collectives of several kernels, with a send and a receive
+// among them (groupSweep): consecutive collectives of one kernel share a
+// launch; then the same with BRAID_GROUP_FUSE=0, one launch each.
+TEST(GpuCollGroup, ManyCollectivesInOneGroup) {
+  BRAID_NEED_A_GPU(g);
+  auto work = [](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
+    return groupSweep(comm, rank, nranks, memory);
+  };
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {}, kQuickTimeoutSec, work), "");
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {"BRAID_GROUP_FUSE=0"}, kQuickTimeoutSec, work), "");
+}
+
 // --- (e): teams split from a communicator ---------------------------------------
 
 class GpuCollSplit : public ::testing::TestWithParam<SplitShape> {};

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -508,6 +509,99 @@ std::string p2pSweep(ncclComm_t comm, int rank, int n, SweepMemory& mem) {
         if (got[i] != val(root, rank, i)) return strCat("scatter root ", root, " at ", i, tag);
       }
     }
+  }
+  return "";
+}
+
+std::string groupSweep(ncclComm_t comm, int rank, int n, SweepMemory& mem) {
+  using FBuf = SweepBuffer<float>;
+  // Small integers: every sum, average and maximum is exact.
+  auto val = [](int r, size_t i) { return static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1)); };
+  const float rankSum = static_cast<float>(n * (n + 1) / 2);
+  auto sumAt = [&](size_t i) { return rankSum * static_cast<float>(i % 7 + 1); };
+  auto input = [&](size_t count, int r) {
+    std::vector<float> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = val(r, i);
+    return h;
+  };
+  constexpr int kMore = 10;
+  const int next = (rank + 1) % n, prev = (rank - 1 + n) % n;
+  std::vector<float> got;
+  for (size_t count : {size_t(1), size_t(1023), size_t(65537), size_t(300001)}) {
+    const std::string tag = strCat(" count ", count);
+    const size_t part = count / 3 + 1;
+    const std::vector<float> none(count, -1.0f);
+    FBuf in(mem, input(count, rank)), sum(mem, none), inPlace(mem, input(count, rank)), avg(mem, none),
+        partSum(mem, std::vector<float>(part, -1.0f)), max(mem, none), scattered(mem, none),
+        reduced(mem, none), fromPrev(mem, none), all(mem, std::vector<float>(count * n, -1.0f));
+    std::vector<int32_t> i32(count);
+    for (size_t i = 0; i < count; ++i) i32[i] = static_cast<int32_t>(rank * 1000 + i % 1000);
+    SweepBuffer<int32_t> gatherIn(mem, i32), gathered(mem, std::vector<int32_t>(count * n, -1));
+    SweepBuffer<int8_t> bcast(mem, std::vector<int8_t>(count, static_cast<int8_t>(rank)));
+    FBuf reduceScatterIn(mem, input(count * n, rank));
+    std::vector<std::unique_ptr<FBuf>> more;
+    for (int k = 0; k < kMore; ++k) more.push_back(std::make_unique<FBuf>(mem, input(count + k, rank)));
+    std::string err = in.error() + sum.error() + inPlace.error() + avg.error() + partSum.error() +
+                      max.error() + scattered.error() + reduced.error() + fromPrev.error() + all.error() +
+                      gatherIn.error() + gathered.error() + bcast.error() + reduceScatterIn.error();
+    for (auto& b : more) err += b->error();
+    if (!err.empty()) return "group buffers: " + err + tag;
+    const braidStream_t s = mem.stream();
+    const int root = n - 1;
+    ncclResult_t r = ncclGroupStart();
+    auto call = [&r](ncclResult_t x) {
+      if (r == ncclSuccess) r = x;
+    };
+    call(ncclAllReduce(in.data(), sum.data(), count, ncclFloat32, ncclSum, comm, s));
+    call(ncclAllReduce(inPlace.data(), inPlace.data(), count, ncclFloat32, ncclSum, comm, s));
+    call(ncclAllReduce(in.data(), avg.data(), count, ncclFloat32, ncclAvg, comm, s));
+    call(ncclAllReduce(in.data(), partSum.data(), part, ncclFloat32, ncclSum, comm, s));
+    call(ncclAllReduce(in.data(), max.data(), count, ncclFloat32, ncclMax, comm, s));
+    call(ncclAllGather(gatherIn.data(), gathered.data(), count, ncclInt32, comm, s));
+    call(ncclBroadcast(bcast.data(), bcast.data(), count, ncclInt8, root, comm, s));
+    call(ncclReduceScatter(reduceScatterIn.data(), scattered.data(), count, ncclFloat32, ncclSum, comm, s));
+    call(ncclReduce(in.data(), reduced.data(), count, ncclFloat32, ncclSum, 0, comm, s));
+    call(ncclSend(in.data(), count, ncclFloat32, next, comm, s));
+    call(ncclRecv(fromPrev.data(), count, ncclFloat32, prev, comm, s));
+    for (auto& b : more) call(ncclAllReduce(b->data(), b->data(), b->size(), ncclFloat32, ncclSum, comm, s));
+    call(ncclAllGather(sum.data(), all.data(), count, ncclFloat32, comm, s));  // after the sum, in call order
+    call(ncclGroupEnd());
+    err = check(r, "a group of collectives");
+    if (err.empty()) err = mem.synchronize(comm);
+    if (!err.empty()) return err + tag;
+    // Each buffer against what it should hold: expect(i) at element i.
+    auto verify = [&](FBuf& b, const char* what, const std::function<float(size_t)>& expect) -> std::string {
+      std::string e = b.download(&got);
+      for (size_t i = 0; i < got.size() && e.empty(); ++i) {
+        if (got[i] != expect(i)) e = strCat("group: ", what, " at ", i, ": ", got[i], ", not ", expect(i));
+      }
+      return e;
+    };
+    err = verify(sum, "all-reduce", sumAt);
+    if (err.empty()) err = verify(inPlace, "in-place all-reduce", sumAt);
+    if (err.empty()) err = verify(avg, "average", [&](size_t i) { return sumAt(i) / static_cast<float>(n); });
+    if (err.empty()) err = verify(partSum, "shorter all-reduce", sumAt);
+    if (err.empty()) err = verify(max, "max", [&](size_t i) { return static_cast<float>(n) * val(0, i); });
+    if (err.empty()) {
+      // Rank q's part of the reduce-scatter input is elements [q*count, (q+1)*count).
+      err = verify(scattered, "reduce-scatter", [&](size_t i) { return sumAt(rank * count + i); });
+    }
+    if (err.empty() && rank == 0) err = verify(reduced, "reduce", sumAt);
+    if (err.empty()) err = verify(fromPrev, "receive", [&](size_t i) { return val(prev, i); });
+    for (int k = 0; k < kMore && err.empty(); ++k) err = verify(*more[k], "one of ten all-reduces", sumAt);
+    if (err.empty()) err = verify(all, "all-gather of the sum", [&](size_t j) { return sumAt(j % count); });
+    std::vector<int32_t> gotI;
+    if (err.empty()) err = gathered.download(&gotI);
+    for (size_t j = 0; j < gotI.size() && err.empty(); ++j) {
+      if (gotI[j] != static_cast<int32_t>((j / count) * 1000 + j % count % 1000))
+        err = strCat("group: int32 all-gather at ", j);
+    }
+    std::vector<int8_t> gotB;
+    if (err.empty()) err = bcast.download(&gotB);
+    for (size_t i = 0; i < gotB.size() && err.empty(); ++i) {
+      if (gotB[i] != static_cast<int8_t>(root)) err = strCat("group: int8 broadcast at ", i);
+    }
+    if (!err.empty()) return err + tag;
   }
   return "";
 }

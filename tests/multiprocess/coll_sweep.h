@@ -62,4 +62,13 @@ std::string splitSweep(ncclComm_t parent, int rank, int nranks, SplitShape shape
 // failure. Leaves `comm` alive.
 std::string p2pSweep(ncclComm_t comm, int rank, int nranks, SweepMemory& memory = hostMemory());
 
+// Many collectives in one group, on `comm` (every rank calls it), for
+// counts 1, 1023, 65537 and 300001: all-reduces of floats out of place, in
+// place, averaged and of several sizes, a max, an all-gather and a
+// broadcast of other datatypes, a reduce-scatter and a reduce, a send and a
+// receive around the ring, then ten more all-reduces. On GPUs consecutive
+// collectives of one kernel share a launch (BRAID_GROUP_FUSE), which this
+// checks: "" on success, else the first wrong result.
+std::string groupSweep(ncclComm_t comm, int rank, int nranks, SweepMemory& memory = hostMemory());
+
 }  // namespace braid::test

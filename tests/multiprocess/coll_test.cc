@@ -139,12 +139,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollSplit,
 namespace braid::test {
 namespace {
 
-// Sends, receives and the collectives made of them (p2pSweep, coll_sweep.cc).
+// Sends, receives and the collectives made of them (p2pSweep, coll_sweep.cc),
+// then many collectives and a send/receive in one group (groupSweep).
 std::string p2pChecks(const ncclUniqueId& id, int rank, int n) {
   ncclComm_t comm = nullptr;
   std::string err = check(ncclCommInitRank(&comm, n, id, rank), "init");
   if (!err.empty()) return err;
   err = p2pSweep(comm, rank, n);
+  if (err.empty()) err = groupSweep(comm, rank, n);
   if (!err.empty()) return err;
   return check(ncclCommDestroy(comm), "destroy");
 }

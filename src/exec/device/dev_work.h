@@ -55,7 +55,9 @@ enum class DevColl : int32_t { AllReduce = 0, AllGather = 1, ReduceScatter = 2, 
 struct DevCollArgs {
   const void* send = nullptr;
   void* recv = nullptr;
-  uint64_t count = 0;       // elements per rank, as the API counts them
+  // Elements per rank, as the API counts them; bytes for all-gather and
+  // broadcast, which run on bytes whatever the datatype (launch.h).
+  uint64_t count = 0;
   uint64_t chunkElems = 0;  // Simple: elements one step carries (0: a whole slot)
   uint64_t scalar = 0;      // PreMulSum's scalar, its bits
   const void* scalarPtr = nullptr;  // or, for ncclScalarDevice, where to read it when the kernel runs
@@ -63,13 +65,31 @@ struct DevCollArgs {
   DevAlgo algo = DevAlgo::Ring;
   int32_t rank = 0, nranks = 1, root = 0;
   int32_t nChannels = 1;
-  int32_t avgDivisor = 0;   // > 0: divide the result by it (ncclAvg)
-  int32_t elemSize = 0;     // bytes of one element of the call's datatype
+  int32_t avgDivisor = 0;                // > 0: divide the result by it (ncclAvg)
   const DevChannel* channels = nullptr;  // device memory, nChannels entries
   const DevConn* peerSend = nullptr;     // direct: device memory, [channel * nranks + peer]
   const DevConn* peerRecv = nullptr;
   DevCtx ctx;
 };
+
+// Collectives of one group that run on the same kernel (launch.h,
+// launchCollectives, fusable) share a launch: block c runs channel c of
+// each in call order, so connectors see the same sequence as with one
+// launch per collective. A launch of one runs the single-collective kernel
+// with items[0].
+constexpr int kDevMaxFused = 8;
+struct DevCollLaunch {
+  DevCollArgs items[kDevMaxFused];
+  int32_t n = 0;
+
+  // Blocks of the launch: the most channels any of its collectives uses.
+  int blocks() const {
+    int b = 0;
+    for (int i = 0; i < n; ++i) b = items[i].nChannels > b ? items[i].nChannels : b;
+    return b;
+  }
+};
+static_assert(sizeof(DevCollLaunch) < 2048, "a fused launch's parameters stay well under 4 KB (HIP's limit)");
 
 // A point-to-point group in one launch. Block b serves one connector
 // (peer, direction, peer channel) and moves its segments in order: the

@@ -22,20 +22,47 @@ constexpr bool kernelsRun(DevOp op, DevAlgo algo, int nranks) {
 // False if BRAID_KERNEL_TYPES left `type` out of this build.
 bool collKernelsBuilt(ncclDataType_t type);
 
-// One block per channel (args.nChannels).
-Status launchCollective(ncclDataType_t type, DevOp op, Protocol proto, const DevCollArgs& args, void* stream);
+// Whether a collective may join a fused launch (several collectives of a
+// group in one kernel): the fused kernels hold sum (and the data movers)
+// over Ring and the one-peer Direct only, which is what groups of small and
+// medium collectives on 2 GPUs run. Each would add to the table's compile
+// time what its own kernel costs.
+constexpr bool fusable(DevOp op, DevAlgo algo, int nranks) {
+  return op == DevOp::Sum && (algo == DevAlgo::Ring || (algo == DevAlgo::Direct && nranks <= 2));
+}
+
+// Whether the collectives run on one kernel, and so may share a launch:
+// all-gather and broadcast run on bytes (one kernel per protocol for every
+// datatype), the others on their datatype and operator.
+constexpr bool moveOnly(DevColl c) {
+  return c == DevColl::AllGather || c == DevColl::Broadcast;
+}
+struct KernelKey {
+  ncclDataType_t type;
+  DevOp op;
+  Protocol proto;
+  bool move;
+  bool operator==(const KernelKey& o) const {
+    return proto == o.proto && move == o.move && (move || (type == o.type && op == o.op));
+  }
+};
+
+// One block per channel of the launch's widest collective (l.blocks());
+// more than one collective only where each is fusable.
+// All-gather and broadcast counts are in bytes (see DevCollArgs::count).
+Status launchCollectives(const KernelKey& key, const DevCollLaunch& l, void* stream);
 
 // One block per connector of the group (args.nBlocks).
 Status launchP2p(const DevP2pArgs& args, void* stream);
 
-// All-gather and broadcast on bytes (args.count and chunkElems in bytes),
-// whatever the datatype: defined by the generated coll_move.hip.
-Status launchMove(Protocol proto, const DevCollArgs& args, void* stream);
+// All-gather and broadcast on bytes, whatever the datatype: defined by the
+// generated coll_move.hip.
+Status launchMove(Protocol proto, const DevCollLaunch& l, void* stream);
 
 // Per-type entry points of the reducing collectives, defined by the generated
 // coll_<type>.hip sources.
 #define BRAID_DECLARE_KLAUNCH(name) \
-  Status launchColl_##name(DevOp op, Protocol proto, const DevCollArgs& a, void* stream);
+  Status launchColl_##name(DevOp op, Protocol proto, const DevCollLaunch& l, void* stream);
 BRAID_DECLARE_KLAUNCH(i8)
 BRAID_DECLARE_KLAUNCH(u8)
 BRAID_DECLARE_KLAUNCH(i32)
