@@ -128,10 +128,23 @@ struct ConnectorEnd {
 // order makes the previous launch's store visible). Device LL lines are 16
 // bytes {data0, flag, data1, flag}: every 8-byte half carries the flag, so
 // the protocol needs 8-byte store atomicity only (AMD included).
+//
+// LL128 lines are 128 bytes: 120 data bytes and an 8-byte flag (step + 1)
+// in the last word. A warp writes a line as 8 lanes' 16-byte stores in one
+// instruction, and the receiver trusts the whole line once it sees the
+// flag: that needs the line delivered at once, which NVLink does for
+// NVIDIA sm_90 (and a GPU's own memory), PCIe and AMD's fabrics do not
+// promise. Connectors that may run LL128 carry an LL128 region after the
+// LL slots (DevConnLayout: only ring connectors of communicators whose
+// GPUs all qualify; core/comm.h, ll128()).
 namespace braid {
 
 constexpr size_t kDevLLSlotBytes = 65536;                      // one LL step: 4096 lines
 constexpr size_t kDevLLDataBytes = kDevLLSlotBytes / 2;        // 8 data bytes per 16-byte line
+constexpr size_t kDevLL128LineBytes = 128;
+constexpr size_t kDevLL128LineData = 120;      // the last 8 bytes are the flag
+constexpr size_t kDevLL128SlotBytes = 131072;  // one LL128 step: 1024 lines
+constexpr size_t kDevLL128DataBytes = kDevLL128SlotBytes / kDevLL128LineBytes * kDevLL128LineData;
 constexpr size_t kDevCountersBytes = 256;                      // counter word, own step, padding
 
 // One end as a kernel sees it (trivially copyable; pointers are device
@@ -139,6 +152,7 @@ constexpr size_t kDevCountersBytes = 256;                      // counter word, 
 struct DevConn {
   char* simple = nullptr;     // first Simple slot (in the receiver's memory)
   char* ll = nullptr;         // first LL slot (in the receiver's memory)
+  char* ll128 = nullptr;      // first LL128 slot (in the receiver's memory), null if the connector has none
   uint64_t* tail = nullptr;   // in the receiver's memory: the sender stores, the receiver polls
   uint64_t* head = nullptr;   // in the sender's memory: the receiver stores, the sender polls
   uint64_t* step = nullptr;   // this end's next step, in its own memory
@@ -165,8 +179,9 @@ struct DevStepWord {
 };
 
 struct DevConnLayout {
-  static size_t recvBytes(size_t slotBytes) {
-    return kDevCountersBytes + kConnectorSteps * (slotBytes + kDevLLSlotBytes);
+  static size_t recvBytes(size_t slotBytes, bool ll128 = false) {
+    return kDevCountersBytes +
+           kConnectorSteps * (slotBytes + kDevLLSlotBytes + (ll128 ? kDevLL128SlotBytes : 0));
   }
   static constexpr size_t sendBytes() { return kDevCountersBytes; }
   // Offsets inside a block.
@@ -175,6 +190,9 @@ struct DevConnLayout {
   static constexpr size_t kSizes = 128;  // receiver's block: kConnectorSteps DevStepWords (net connectors)
   static size_t simpleOffset() { return kDevCountersBytes; }
   static size_t llOffset(size_t slotBytes) { return kDevCountersBytes + kConnectorSteps * slotBytes; }
+  static size_t ll128Offset(size_t slotBytes) {
+    return llOffset(slotBytes) + kConnectorSteps * kDevLLSlotBytes;
+  }
 };
 static_assert(DevConnLayout::kSizes + kConnectorSteps * sizeof(uint64_t) <= kDevCountersBytes,
               "the step words fit in the counters area");

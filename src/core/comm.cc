@@ -280,7 +280,9 @@ Status Communicator::exchangePeerInfo() {
     GpuInfo gpu;
     BRAID_CHECK(gpuDeviceInfo(device_, &gpu));
     std::strncpy(me.busId, gpu.busId.c_str(), sizeof(me.busId) - 1);
-    const int g = searchLocalTopology(gpu.busId);
+    bool nvlinkToAll = false;
+    const int g = searchLocalTopology(gpu.busId, &nvlinkToAll);
+    me.ll128 = std::strcmp(gpuFlavorName(), "cuda") == 0 && gpu.arch.rfind("sm_90", 0) == 0 && nvlinkToAll;
     if (g >= 0 && topoSchedule_.nodes == 1) {
       me.nRingPos = std::min(topoSchedule_.nChannels(), kMaxChannels);
       for (int c = 0; c < me.nRingPos; ++c) {
@@ -306,6 +308,16 @@ Status Communicator::exchangePeerInfo() {
   }
   nnodes_ = static_cast<int>(hosts.size());
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
+  ll128_ = backend_ == Backend::Gpu && nnodes_ == 1 && nranks_ > 1 &&
+           std::all_of(peers_.begin(), peers_.end(), [](const PeerInfo& p) { return p.ll128 != 0; });
+  if (backend_ == Backend::Gpu && nranks_ > 1) {
+    BRAID_INFO(
+        kLogInit, "LL128 %s",
+        ll128_ ? "on: one node, every GPU an sm_90 with NVLink to the node's others"
+        : nnodes_ > 1
+            ? "off: ranks on several hosts"
+            : "off: some rank's GPU is not an sm_90 (cuda build) with NVLink to every GPU of the node");
+  }
   std::vector<PeerPlace> places(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) {
     const PeerInfo& p = peers_[static_cast<size_t>(r)];
@@ -341,7 +353,8 @@ Status Communicator::exchangePeerInfo() {
   return okStatus();
 }
 
-int Communicator::searchLocalTopology(const std::string& busId) {
+int Communicator::searchLocalTopology(const std::string& busId, bool* nvlinkToAll) {
+  *nvlinkToAll = false;
   // The topology search inside this node (GPU backend); also honours
   // NCCL_TOPO_FILE and writes NCCL_TOPO_DUMP_FILE.
   TopoSystem sys;
@@ -357,6 +370,9 @@ int Communicator::searchLocalTopology(const std::string& busId) {
   for (int g = 0; g < sys.nGpus(); ++g) {
     if (strcasecmp(sys.gpu(g).busId.c_str(), busId.c_str()) == 0) {
       nearNics_ = nicsNearestFirst(sys, g);
+      *nvlinkToAll = true;
+      for (int h = 0; h < sys.nGpus(); ++h)
+        *nvlinkToAll = *nvlinkToAll && (h == g || sys.gpuPath(g, h).type == PathType::Nvl);
       return g;
     }
   }

@@ -58,6 +58,10 @@ struct PeerInfo {
   // the topology). Ranks of a node chain in this order.
   int32_t nRingPos = 0;
   int16_t ringPos[kMaxChannels] = {};
+  // GPU backend: LL128 may run on this rank's GPU to every GPU of its node
+  // (an NVIDIA sm_90 in a cuda build, every other GPU of the node reached
+  // over NVLink; transports/transport.h says why).
+  int32_t ll128 = 0;
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -146,6 +150,9 @@ class Communicator : public StallListener {
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
   int nnodes() const { return nnodes_; }
   int localRanks() const { return localRanks_; }
+  // GPU backend: the ring may run the LL128 protocol (one node, every rank's
+  // PeerInfo::ll128; the same answer on every rank).
+  bool ll128() const { return ll128_; }
   // Channels the host can run in parallel for this rank: cores per local
   // rank, less one for the proxy when there are several nodes.
   int hostChannels() const;
@@ -200,6 +207,7 @@ class Communicator : public StallListener {
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   int nnodes_ = 1, localRanks_ = 1;
+  bool ll128_ = false;
   std::unique_ptr<ConnectorFactory> connectors_;
   std::unique_ptr<BufferRegistry> buffers_;
   std::unique_ptr<SymmetricWindows> windows_;
@@ -208,8 +216,9 @@ class Communicator : public StallListener {
   // GPU backend: the PCI addresses of the NICs nearest the GPU, nearest first.
   std::vector<std::string> nearNics_;
   // Runs the search inside this node; returns the index of the GPU with bus
-  // id `busId` in its topology, -1 if absent.
-  int searchLocalTopology(const std::string& busId);
+  // id `busId` in its topology, -1 if absent. `*nvlinkToAll`: that GPU
+  // reaches every other GPU of the node over NVLink.
+  int searchLocalTopology(const std::string& busId, bool* nvlinkToAll);
   void logSchedule() const;
   HostExecutor executor_;
   RedOpTable redOps_;

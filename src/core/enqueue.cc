@@ -144,6 +144,10 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     in.gpu = gpu;
     const int op = static_cast<int>(a.op);
     in.fewAlgos = gpu && a.type == CollType::AllReduce && op != ncclSum && op != ncclAvg;
+    // LL128 kernels: sum (and average) and the data movers (docs/gpu.md, "Building").
+    in.ll128 =
+        gpu && comm->ll128() &&
+        (a.type == CollType::AllGather || a.type == CollType::Broadcast || op == ncclSum || op == ncclAvg);
     in.ringBusGBs = comm->topologySchedule().ringBusBw;
     in.treeBusGBs = comm->topologySchedule().treeBusBw;
     // Where the communicator has windows, first the choice as if the buffers

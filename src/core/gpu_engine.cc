@@ -139,8 +139,10 @@ class GpuEngineImpl final : public GpuEngine {
   // Peer connectors of channels 0..n-1 to `sendPeers` / from `recvPeers`.
   Status ensurePeers(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
   // Connects `reqs` (every rank of each connector passes its side): p2p
-  // for peers on this host, the net for the others.
-  Status connect(size_t slotBytes, const std::vector<EndRequest>& reqs);
+  // for peers on this host, the net for the others. `ll128`: the p2p
+  // connectors get LL128 slots (ring connectors of a communicator that may
+  // run LL128; never across hosts).
+  Status connect(size_t slotBytes, const std::vector<EndRequest>& reqs, bool ll128 = false);
   Status mapNetBlock(size_t slotBytes, DevEnd* end);
   bool onThisHost(int peer) const {
     return nodeOf_[static_cast<size_t>(peer)] == nodeOf_[static_cast<size_t>(comm_->rank())];
@@ -214,13 +216,13 @@ Status GpuEngineImpl::mapNetBlock(size_t slotBytes, DevEnd* end) {
   return okStatus();
 }
 
-Status GpuEngineImpl::connect(size_t slotBytes, const std::vector<EndRequest>& reqs) {
+Status GpuEngineImpl::connect(size_t slotBytes, const std::vector<EndRequest>& reqs, bool ll128) {
   std::vector<P2pRequest> local;
   std::vector<const EndRequest*> remoteSend, remoteRecv;
   for (const EndRequest& r : reqs) {
     if (onThisHost(r.peer)) {
       local.push_back(P2pRequest{r.peer, r.send, r.tag, comm_->sameProcess(r.peer),
-                                 peerDevice_[static_cast<size_t>(r.peer)], &r.end->p2p});
+                                 peerDevice_[static_cast<size_t>(r.peer)], &r.end->p2p, ll128});
     } else {
       (r.send ? remoteSend : remoteRecv).push_back(&r);
     }
@@ -364,7 +366,7 @@ Status GpuEngineImpl::ensureRing(int n) {
     reqs.push_back({d.ringPrev, false, ringTag(c), &channels_[static_cast<size_t>(c)]->ringRecv});
     reqs.push_back({d.ringNext, true, ringTag(c), &channels_[static_cast<size_t>(c)]->ringSend});
   }
-  BRAID_CHECK(connect(ringSlotBytes(), reqs));
+  BRAID_CHECK(connect(ringSlotBytes(), reqs, comm_->ll128()));
   for (int c = ringConnected_; c < n; ++c) {
     DevChannel& d = hostChannels_[static_cast<size_t>(c)];
     d.ringSend = channels_[static_cast<size_t>(c)]->ringSend.conn;
@@ -570,9 +572,10 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   int nch = 1;
   plan(a, choice, &d.algo, &nch);
   d.nChannels = nch;
-  if (!device::kernelsRun(devOp(a.op), d.algo, n)) {
+  if (!device::kernelsRun(key.move ? device::DevOp::Sum : key.op, d.algo, n, choice.proto)) {
     return internalError(a.name, ": the GPU kernels of operator ", static_cast<int>(a.op), " do not run ",
-                         algoName(choice.algo), " with ", n, " ranks, yet the selector chose it");
+                         algoName(choice.algo), "/", protocolName(choice.proto), " with ", n,
+                         " ranks, yet the selector chose it");
   }
   if (!ready(a, choice)) {
     if (groupMustNotBlock()) return groupWouldBlock();

@@ -107,7 +107,9 @@ StringParam paramAlgo(
     {}, &validateAlgo);
 StringParam paramProto("PROTO", "",
                        "Protocols collectives may use: a list (Simple,LL,LL128), an exclusion (^LL) or per "
-                       "collective; the host backend speaks Simple and LL",
+                       "collective; the host backend speaks Simple and LL; GPU rings run LL128 only when "
+                       "this is set and allows it "
+                       "(and the GPUs qualify: docs/gpu.md)",
                        {}, &validateProto);
 IntParam paramMinChannels("MIN_NCHANNELS", 1, "Fewest channels a collective runs on");
 IntParam paramMaxChannels(
@@ -129,7 +131,12 @@ constexpr ProtoCost kHostCost[] = {{0.50, 9000.0} /* Simple */, {0.46, 1600.0} /
 constexpr double kOversubscribedStepUs = 8.0;
 // GPU backend: a step is a barrier, a system fence and a flag over the
 // link (Simple) or one polled line (LL); a channel is one block.
-constexpr ProtoCost kGpuCost[] = {{3.0, 15000.0} /* Simple */, {1.0, 3000.0} /* LL */};
+// LL128's figures are from one H200 with two ranks sharing it (graphs: a
+// step 0.25 us more than LL's; 300 GB/s busbw at 512 MB on 32 channels),
+// not from NVLink, where it is meant to run: until it is measured there it
+// is a candidate only when NCCL_PROTO is set and allows it (see below).
+constexpr ProtoCost kGpuCost[] = {
+    {3.0, 15000.0} /* Simple */, {1.0, 3000.0} /* LL */, {1.25, 9400.0} /* LL128 */};
 // A channel is worth its thread (block) only past this many bytes. Across
 // nodes each channel is a connection of its own with its own proxy helper
 // (on 8+ cores), and more of them fill the wire sooner: on 16 cores over
@@ -234,8 +241,13 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
   bool found = false;
   for (int pass = 0; pass < 2 && !found; ++pass) {  // pass 1 ignores the environment
     for (int ai = 0; ai < kNumAlgos; ++ai) {
-      for (int pi = 0; pi < 2; ++pi) {  // the host speaks Simple and LL
+      for (int pi = 0; pi < 3; ++pi) {  // the host speaks Simple and LL; GPU rings also LL128 where allowed
         if (pass == 0 && (!algos.allowed[c][ai] || !protos.allowed[c][pi])) continue;
+        // LL128: GPU rings where the communicator allows it, and only when
+        // NCCL_PROTO is set and allows it (not measured over NVLink yet; docs/gpu.md).
+        if (pi == static_cast<int>(Protocol::LL128) &&
+            !(in.gpu && in.ll128 && ai == static_cast<int>(Algo::Ring) && pass == 0 && !protoText.empty()))
+          continue;
         double steps = 0, bytes = 0;
         // Zero-copy (windows, host): two meetings; each rank moves its share
         // of every rank's buffers (all-gather: its block to n-1 peers).

@@ -59,6 +59,9 @@ struct TuneInput {
   // max, PreMulSum): the kernels of those operators hold Ring, and Direct
   // for 2 ranks, only (docs/gpu.md, "Building").
   bool fewAlgos = false;
+  // GPU: the ring may run LL128 (Communicator::ll128(), and a kernel that
+  // has it: sum, average, or a collective that only moves data).
+  bool ll128 = false;
   // Host all-reduce, all-gather or reduce-scatter whose buffers are in
   // zero-copy windows on every rank (ncclCommWindowRegister): Direct may
   // run zero-copy.
@@ -93,8 +96,8 @@ class ChoiceCache {
     Entry& e = entries_[static_cast<int>(in.coll)][in.windows ? 1 : 0];
     if (!e.valid || e.in.bytes != in.bytes || e.in.nranks != in.nranks || e.in.nnodes != in.nnodes ||
         e.in.localRanks != in.localRanks || e.in.maxChannels != in.maxChannels || e.in.cores != in.cores ||
-        e.in.gpu != in.gpu || e.in.fewAlgos != in.fewAlgos || e.in.windows != in.windows ||
-        e.in.ringBusGBs != in.ringBusGBs || e.in.treeBusGBs != in.treeBusGBs) {
+        e.in.gpu != in.gpu || e.in.fewAlgos != in.fewAlgos || e.in.ll128 != in.ll128 ||
+        e.in.windows != in.windows || e.in.ringBusGBs != in.ringBusGBs || e.in.treeBusGBs != in.treeBusGBs) {
       e.in = in;
       e.choice = selectAlgorithm(in);
       e.valid = true;

@@ -461,6 +461,30 @@ INSTANTIATE_TEST_SUITE_P(
                       ForcedCase{"SmallBuffers", {"BRAID_BUFFSIZE=64K"}}),
     [](const ::testing::TestParamInfo<ForcedCase>& p) { return std::string(p.param.name); });
 
+// LL128 on rings: the sweep and a group of collectives (fused launches)
+// with NCCL_PROTO=LL128 (sum, average and the data movers run it; the other
+// operators fall back, as the selector notes). On one sm_90 (ranks sharing
+// it) the communicator must say LL128 is on, or the sweep would pass on
+// another protocol; with several GPUs it depends on NVLink between them.
+TEST(GpuLL128, SweepAndGroupOnRings) {
+  BRAID_NEED_A_GPU(g);
+  auto work = [g](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
+    GpuInfo info;
+    Status s = gpuDeviceInfo(g.deviceOf(rank), &info);
+    if (!s.ok()) return s.message();
+    const bool sm90 = std::string(gpuFlavorName()) == "cuda" && info.arch.rfind("sm_90", 0) == 0;
+    const bool on = static_cast<Communicator*>(comm)->ll128();
+    if (on && !sm90)
+      return strCat("LL128 is on with a GPU of ", info.arch, " in the ", gpuFlavorName(), " flavor");
+    if (!on && sm90 && g.gpus == 1) return std::string("LL128 is off with ranks sharing one sm_90");
+    std::string err = collSweep(comm, rank, nranks, SweepCounts::kQuick, memory);
+    return err.empty() ? groupSweep(comm, rank, nranks, memory) : err;
+  };
+  EXPECT_EQ(
+      runPerGpu(g, StreamKind::kNonBlocking, {"NCCL_ALGO=Ring", "NCCL_PROTO=LL128"}, kFullTimeoutSec, work),
+      "");
+}
+
 // --- (h): collectives captured into a graph and replayed ------------------------
 
 // Captures the rank's first collectives (so the connectors are made while
@@ -584,14 +608,20 @@ std::string joinWithOneAllReduce(int device, int rank, int nranks, const ncclUni
   return err;
 }
 
-TEST(GpuAbort, AbortEndsAKernelWaitingForAMissingPeer) {
+// The default choice (the one-shot at this size with 2 ranks, Ring with
+// more), and the ring's LL128 wait (on GPUs that qualify; elsewhere the
+// selector's choice).
+class GpuAbort : public ::testing::TestWithParam<ForcedCase> {};
+
+TEST_P(GpuAbort, AbortEndsAKernelWaitingForAMissingPeer) {
   BRAID_NEED_A_GPU(g);
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
   std::vector<std::string> env = kEnv;
-  for (const std::string& e : g.env()) env.push_back(e);
+  for (const std::vector<std::string>& more : {g.env(), GetParam().env})
+    env.insert(env.end(), more.begin(), more.end());
   RootProcess root = startRootProcess({"BRAID_BACKEND=host"});
   auto out = runRanks(
       g.ranks,
@@ -631,6 +661,12 @@ TEST(GpuAbort, AbortEndsAKernelWaitingForAMissingPeer) {
       90, env);
   EXPECT_EQ(describeFailures(out), "");
 }
+INSTANTIATE_TEST_SUITE_P(Waits, GpuAbort,
+                         ::testing::Values(ForcedCase{"Default", {}},
+                                           ForcedCase{"RingLL128", {"NCCL_ALGO=Ring", "NCCL_PROTO=LL128"}}),
+                         [](const ::testing::TestParamInfo<ForcedCase>& p) {
+                           return std::string(p.param.name);
+                         });
 
 // --- (j): ranks on two hosts (host ids): GPU connectors through the net proxy ----
 

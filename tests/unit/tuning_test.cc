@@ -203,6 +203,41 @@ TEST(Selector, GpuOperatorsOtherThanSumGetRingOrTwoRankDirect) {
   EXPECT_EQ(selectAlgorithm(sum).algo, Algo::Direct);
 }
 
+// LL128 is a GPU ring protocol, only where the communicator allows it.
+TEST(Selector, LL128OnlyOnGpuRingsThatAllowIt) {
+  TuneInput in = input(CollType::AllReduce, 1 << 20, 2);
+  in.gpu = true;
+  in.maxChannels = kMaxChannels;
+  {
+    EnvGuard g("NCCL_PROTO", "LL128");
+    in.ll128 = false;
+    TuneChoice off = selectAlgorithm(in);
+    EXPECT_NE(off.proto, Protocol::LL128);
+    EXPECT_FALSE(off.note.empty());
+    in.ll128 = true;
+    TuneChoice on = selectAlgorithm(in);
+    EXPECT_EQ(on.proto, Protocol::LL128);
+    EXPECT_EQ(on.algo, Algo::Ring);
+    EXPECT_TRUE(on.note.empty());
+  }
+  {
+    EnvGuard a("NCCL_ALGO", "Tree");
+    EnvGuard p("NCCL_PROTO", "LL128");  // Tree has no LL128: nothing allowed runs, the selector's choice does
+    TuneChoice c = selectAlgorithm(in);
+    EXPECT_FALSE(c.algo == Algo::Tree && c.proto == Protocol::LL128);
+    EXPECT_FALSE(c.note.empty());
+  }
+  // Not measured over NVLink yet: without NCCL_PROTO the selector never picks it.
+  for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 4) {
+    in.bytes = bytes;
+    EXPECT_NE(selectAlgorithm(in).proto, Protocol::LL128) << bytes;
+  }
+  TuneInput host = input(CollType::AllReduce, 1 << 20, 2);
+  host.ll128 = true;  // ignored off the GPU
+  EnvGuard g("NCCL_PROTO", "LL128");
+  EXPECT_NE(selectAlgorithm(host).proto, Protocol::LL128);
+}
+
 TEST(Selector, HonoursTheEnvironment) {
   {
     EnvGuard g("NCCL_ALGO", "Tree");

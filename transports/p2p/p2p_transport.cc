@@ -64,7 +64,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
   // 1. Allocate, zero and post every block.
   for (const P2pRequest& r : reqs) {
     P2pEnd* e = r.end;
-    const size_t bytes = r.send ? DevConnLayout::sendBytes() : DevConnLayout::recvBytes(slotBytes);
+    const size_t bytes = r.send ? DevConnLayout::sendBytes() : DevConnLayout::recvBytes(slotBytes, r.ll128);
     // Can the peer's GPU reach memory on ours? (Asked from the peer's side:
     // the answer need not be symmetric.) Unknown devices try IPC.
     bool direct = r.peerDevice < 0 || r.peerDevice == device;
@@ -104,7 +104,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
   for (const P2pRequest& r : reqs) {
     Handle h;
     BRAID_CHECK(bs->recv(r.peer, handleTag(r.tag, !r.send), &h, sizeof(h)));
-    const size_t want = r.send ? DevConnLayout::recvBytes(slotBytes) : DevConnLayout::sendBytes();
+    const size_t want = r.send ? DevConnLayout::recvBytes(slotBytes, r.ll128) : DevConnLayout::sendBytes();
     if (h.magic != kHandleMagic || h.bytes != want) {
       return internalError("rank ", r.peer, " sent a malformed connector handle (", h.bytes, " bytes where ",
                            want, " were expected: do both ranks use the same BRAID_BUFFSIZE?)");
@@ -128,6 +128,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     char* sendBlock = r.send ? local : peer;
     c.simple = recvBlock + DevConnLayout::simpleOffset();
     c.ll = recvBlock + DevConnLayout::llOffset(slotBytes);
+    c.ll128 = r.ll128 ? recvBlock + DevConnLayout::ll128Offset(slotBytes) : nullptr;
     c.tail = reinterpret_cast<uint64_t*>(recvBlock + DevConnLayout::kCounter);
     c.head = reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kCounter);
     c.step = reinterpret_cast<uint64_t*>(local + DevConnLayout::kStep);

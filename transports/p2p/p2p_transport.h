@@ -46,6 +46,7 @@ struct P2pRequest {
   bool peerInProcess;  // the peer is a thread of this process
   int peerDevice;      // the peer's GPU in this process's numbering, -1 if not visible
   P2pEnd* end;
+  bool ll128 = false;  // the receiver's block carries LL128 slots (both ends pass the same)
 };
 
 // `device`: this rank's GPU. `setupStream`: a non-blocking stream of that GPU

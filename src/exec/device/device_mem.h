@@ -34,6 +34,14 @@ __device__ __forceinline__ uint4 loadLine(const void* p) {
                : "memory");
   return v;
 }
+// One lane's 16 bytes of an LL128 line. A warp's 8 consecutive lanes cover
+// a 128-byte line with one instruction; NVLink on sm_90 delivers it whole.
+__device__ __forceinline__ void storeLL128(void* p, uint64_t a, uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+__device__ __forceinline__ void loadLL128(const void* p, uint64_t* a, uint64_t* b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
+}
 __device__ __forceinline__ uint64_t nanoseconds() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -15,6 +15,10 @@
 // and head (receivers).
 // LL: every thread polls its own 16-byte lines until both flags carry the
 // step, reduces, and writes lines with the flag to the next rank; no fence.
+// LL128 (cuda flavor): a warp moves 16 lines of 128 bytes (120 data, an
+// 8-byte flag) at a time, each line as one 16-byte access by each of 8
+// lanes; it polls until every line's flag carries the step, then reduces
+// and writes lines with the flag to the next rank; no fence.
 //
 // Waits are bounded: every 1024 polls a waiting thread reads the abort
 // flag (host-mapped) and the clock; abort or no progress for the timeout
@@ -73,7 +77,9 @@ __device__ __forceinline__ T loadElem(const T* p) {
 
 template <typename T, typename Op, Protocol P, int MaxRecv, int MaxSend>
 class DevPrims {
-  static_assert(P == Protocol::Simple || P == Protocol::LL, "LL128 is not built");
+#if !defined(BRAID_GPU_CUDA)
+  static_assert(P != Protocol::LL128, "LL128 is built in the cuda flavor only");
+#endif
   static constexpr int NT = kDevThreads;
   static constexpr int kRecv = MaxRecv > 0 ? MaxRecv : 1;
   static constexpr int kSend = MaxSend > 0 ? MaxSend : 1;
@@ -91,7 +97,7 @@ class DevPrims {
     for (int i = 0; i < kSend; ++i) {
       if (i < nsend) {
         const DevConn& c = *sends[i];
-        sbuf_[i] = P == Protocol::LL ? c.ll : c.simple;
+        sbuf_[i] = P == Protocol::LL ? c.ll : P == Protocol::LL128 ? c.ll128 : c.simple;
         scounter_[i] = c.tail;
         scredit_[i] = c.head;
         sstepPtr_[i] = c.step;
@@ -106,7 +112,7 @@ class DevPrims {
     for (int i = 0; i < kRecv; ++i) {
       if (i < nrecv) {
         const DevConn& c = *recvs[i];
-        rbuf_[i] = P == Protocol::LL ? c.ll : c.simple;
+        rbuf_[i] = P == Protocol::LL ? c.ll : P == Protocol::LL128 ? c.ll128 : c.simple;
         rcounter_[i] = c.tail;
         rcredit_[i] = c.head;
         rstepPtr_[i] = c.step;
@@ -116,7 +122,10 @@ class DevPrims {
       }
     }
     slotBytes_ = slot;
-    maxElems_ = (P == Protocol::LL ? kDevLLDataBytes : slot) / sizeof(T);
+    maxElems_ = (P == Protocol::LL      ? kDevLLDataBytes
+                 : P == Protocol::LL128 ? kDevLL128DataBytes
+                                        : slot) /
+                sizeof(T);
   }
 
   __device__ uint64_t maxElems() const { return maxElems_; }
@@ -164,9 +173,12 @@ class DevPrims {
     }
     failed_ = __syncthreads_or(bad);
     if (failed_) return;
-    if (P == Protocol::Simple) {
+    if constexpr (P == Protocol::Simple) {
       moveSimple(src, srcPre, fromRecv, dst, toSend, n);
       failed_ = __syncthreads_or(0);
+    } else if constexpr (P == Protocol::LL128) {
+      bad = !moveLL128(src, srcPre, fromRecv, dst, toSend, n);
+      failed_ = __syncthreads_or(bad);
     } else {
       bad = !moveLL(src, srcPre, fromRecv, dst, toSend, n);
       failed_ = __syncthreads_or(bad);
@@ -398,6 +410,139 @@ class DevPrims {
     }
     return true;
   }
+
+  // ---- LL128 -----------------------------------------------------------------
+#if defined(BRAID_GPU_CUDA)
+  // A warp's pass: its 32 lanes' 16-byte accesses cover 4 consecutive lines
+  // (lane / 8 the line, lane % 8 the 16 bytes in it; lane % 8 == 7 holds the
+  // line's last data word and the flag). kPasses passes: 16 lines a warp.
+  static constexpr int kPasses = 4;
+  static constexpr uint64_t kLinesPerWarp = 4 * kPasses;
+  static constexpr uint64_t kUnitsPerLine = kDevLL128LineData / 8;
+
+  // The two 8-byte units lane-piece `piece` of line `line` carries (the
+  // second is the flag for piece 7), from `p`'s n elements (zero past n).
+  __device__ void loadUnits128(const T* p, uint64_t n, uint64_t line, int piece, bool pre,
+                               Pack8<T>* u) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t e0 = (line * kUnitsPerLine + 2 * piece + h) * kPer8;
+      const int ne =
+          (piece == 7 && h == 1) || e0 >= n ? 0 : static_cast<int>(n - e0 < kPer8 ? n - e0 : kPer8);
+      u[h] = loadUnit(p, e0, ne, pre);
+    }
+  }
+  __device__ void storeUnits128(T* p, uint64_t n, uint64_t line, int piece, const Pack8<T>* u) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t e0 = (line * kUnitsPerLine + 2 * piece + h) * kPer8;
+      if ((piece == 7 && h == 1) || e0 >= n) continue;
+      storeUnit(p, e0, static_cast<int>(n - e0 < kPer8 ? n - e0 : kPer8), u[h]);
+    }
+  }
+
+  // Polls receive connector i's lines of this warp until every active one
+  // carries the step's flag (a line is read whole: the flag vouches for the
+  // data of the same load). False if the block fails meanwhile.
+  __device__ bool pollLines128(int i, const uint64_t* line, uint64_t nlines, int piece, Pack8<T> (*v)[2]) {
+    const char* base = rbuf_[i] + (rstep_[i] % kConnectorSteps) * kDevLL128SlotBytes + piece * 16;
+    const uint64_t flag = rstep_[i] + 1;
+    uint64_t start = 0;
+    uint32_t spins = 0;
+    for (;;) {
+      bool miss = false;
+#pragma unroll
+      for (int k = 0; k < kPasses; ++k) {
+        if (line[k] < nlines) {
+          loadLL128(base + line[k] * kDevLL128LineBytes, &v[k][0].raw, &v[k][1].raw);
+          miss = miss || (piece == 7 && v[k][1].raw != flag);
+        } else {
+          v[k][0].raw = v[k][1].raw = 0;
+        }
+      }
+      if (!__any_sync(0xffffffffu, miss)) return true;
+      bool stop = *sFail_ != 0;
+      if (!stop && (++spins & 1023u) == 0) stop = shouldStop(&start, rpeer_[i], 0, rstep_[i]);
+      if (__any_sync(0xffffffffu, stop)) return false;
+    }
+  }
+
+  __device__ bool moveLL128(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
+    static_assert(kDevThreads % 32 == 0, "whole warps");
+    constexpr int kWarps = NT / 32;
+    const uint64_t nlines = ((n + kPer8 - 1) / kPer8 + kUnitsPerLine - 1) / kUnitsPerLine;
+    const int lane = static_cast<int>(threadIdx.x % 32), piece = lane % 8;
+    for (uint64_t g = threadIdx.x / 32; g * kLinesPerWarp < nlines; g += kWarps) {  // uniform in a warp
+      uint64_t line[kPasses];
+#pragma unroll
+      for (int k = 0; k < kPasses; ++k) line[k] = g * kLinesPerWarp + 4 * k + lane / 8;
+      Pack8<T> acc[kPasses][2];
+      bool have = false;
+      auto take = [&](Pack8<T>(*v)[2]) {
+#pragma unroll
+        for (int k = 0; k < kPasses; ++k) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (!have) {
+              acc[k][h] = v[k][h];
+            } else {
+#pragma unroll
+              for (int e = 0; e < kPer8; ++e) acc[k][h].elem[e] = op_(acc[k][h].elem[e], v[k][h].elem[e]);
+            }
+          }
+        }
+        have = true;
+      };
+      // The input is loaded before the first poll, so its latency overlaps the wait.
+      Pack8<T> sv[kPasses][2];
+      if (src != nullptr) {
+#pragma unroll
+        for (int k = 0; k < kPasses; ++k) loadUnits128(src, n, line[k], piece, srcPre, sv[k]);  // zero past n
+      }
+      auto takeSrc = [&]() { take(sv); };
+      if (fromRecv) {
+#pragma unroll
+        for (int i = 0; i < kRecv; ++i) {
+          if (i < nrecv_) {
+            if (src != nullptr && i == localPos_) takeSrc();
+            Pack8<T> v[kPasses][2];
+            if (!pollLines128(i, line, nlines, piece, v)) return false;
+            take(v);
+          }
+        }
+        if (src != nullptr && localPos_ >= nrecv_) takeSrc();
+      } else {
+        takeSrc();
+      }
+      if (dst != nullptr) {
+#pragma unroll
+        for (int k = 0; k < kPasses; ++k)
+          if (line[k] < nlines) storeUnits128(dst, n, line[k], piece, acc[k]);
+      }
+      if (toSend) {
+#pragma unroll
+        for (int i = 0; i < kSend; ++i) {
+          if (i < nsend_) {
+            char* base = sbuf_[i] + (sstep_[i] % kConnectorSteps) * kDevLL128SlotBytes + piece * 16;
+            const uint64_t flag = sstep_[i] + 1;
+#pragma unroll
+            for (int k = 0; k < kPasses; ++k) {
+              if (line[k] < nlines) {
+                storeLL128(base + line[k] * kDevLL128LineBytes, acc[k][0].raw,
+                           piece == 7 ? flag : acc[k][1].raw);
+              }
+            }
+          }
+        }
+      }
+    }
+    return true;
+  }
+#else
+  __device__ bool moveLL128(const T*, bool, bool, T*, bool, uint64_t) {
+    return false;
+  }
+#endif
 
   // ---- bounded waits ---------------------------------------------------------
 

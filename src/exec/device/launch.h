@@ -11,11 +11,22 @@ namespace braid::device {
 // The operator a kernel reduces with (ncclAvg runs as Sum plus a division).
 enum class DevOp { Sum, Prod, Min, Max, PreMulSum };
 
-// Whether the kernel table runs `algo` for `op` with `nranks` ranks. To
-// keep the table's compile time within CI's bounds, only sum (and average,
-// a sum) has every algorithm; the other operators have Ring, and Direct
-// for at most 2 ranks (the selector knows: TuneInput::fewAlgos).
-constexpr bool kernelsRun(DevOp op, DevAlgo algo, int nranks) {
+// LL128 kernels exist in the cuda flavor only: AMD's fabrics do not promise
+// that a 128-byte line arrives at once (transports/transport.h).
+#if defined(BRAID_GPU_CUDA)
+constexpr bool kLL128Built = true;
+#else
+constexpr bool kLL128Built = false;
+#endif
+
+// Whether the kernel table runs `algo` in `proto` for `op` with `nranks`
+// ranks (data movers pass Sum). To keep the table's compile time within
+// CI's bounds, only sum (and average, a sum) has every algorithm; the
+// other operators have Ring, and Direct for at most 2 ranks (the selector
+// knows: TuneInput::fewAlgos). LL128 is sum's and the movers' Ring only
+// (TuneInput::ll128).
+constexpr bool kernelsRun(DevOp op, DevAlgo algo, int nranks, Protocol proto) {
+  if (proto == Protocol::LL128) return kLL128Built && op == DevOp::Sum && algo == DevAlgo::Ring;
   return op == DevOp::Sum || algo == DevAlgo::Ring || (algo == DevAlgo::Direct && nranks <= 2);
 }
 
