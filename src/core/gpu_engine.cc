@@ -588,7 +588,8 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
       BRAID_CHECK(ensureRing(nch));
     }
   }
-  const bool fusable = groupFuses() && device::fusable(key.move ? device::DevOp::Sum : key.op, d.algo, n);
+  const bool fusable =
+      groupFuses() && device::fusable(key.move ? device::DevOp::Sum : key.op, d.algo, n, choice.proto);
   if (fusable && gathered_.n > 0 && gathered_.n < device::kDevMaxFused && gatheredKey_ == key &&
       gatheredStream_ == a.stream) {
     gathered_.items[gathered_.n++] = d;

@@ -35,11 +35,13 @@ bool collKernelsBuilt(ncclDataType_t type);
 
 // Whether a collective may join a fused launch (several collectives of a
 // group in one kernel): the fused kernels hold sum (and the data movers)
-// over Ring and the one-peer Direct only, which is what groups of small and
-// medium collectives on 2 GPUs run. Each would add to the table's compile
-// time what its own kernel costs.
-constexpr bool fusable(DevOp op, DevAlgo algo, int nranks) {
-  return op == DevOp::Sum && (algo == DevAlgo::Ring || (algo == DevAlgo::Direct && nranks <= 2));
+// over Ring and the one-peer Direct in Simple and LL only, which is what
+// groups of small and medium collectives on 2 GPUs run. Each would add to
+// the table's compile time what its own kernel costs (fused LL128 kernels
+// cost a tenth of a datatype's; LL128 runs only when NCCL_PROTO asks).
+constexpr bool fusable(DevOp op, DevAlgo algo, int nranks, Protocol proto) {
+  return op == DevOp::Sum && proto != Protocol::LL128 &&
+         (algo == DevAlgo::Ring || (algo == DevAlgo::Direct && nranks <= 2));
 }
 
 // Whether the collectives run on one kernel, and so may share a launch:
