@@ -289,7 +289,7 @@ BRAID_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t 
         BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
         BRAID_CHECK(api::checkNotNull(win, "win"));
         BRAID_CHECK(c->buffers().remove(win, BufferRegistry::Kind::Window));
-        c->windows().remove(win);
+        c->windows().remove(*c, win);
         return okStatus();
       },
       comm);

@@ -120,6 +120,9 @@ bool inWindows(Communicator* comm, const CollArgs& a, HostPlan* plan) {
     default: return false;  // broadcast and reduce: non-roots need not pass both buffers
   }
   if (a.type != CollType::AllGather && static_cast<int>(a.op) >= ncclNumOps) return false;  // PreMulSum
+  // GPU zero-copy kernels: sum and average (docs/gpu.md, "Registered buffers").
+  if (comm->backend() == Backend::Gpu && a.type != CollType::AllGather && a.op != ncclSum && a.op != ncclAvg)
+    return false;
   return comm->windows().find(a.send, sendBytes, &plan->sendWindow, &plan->sendOffset) &&
          comm->windows().find(a.recv, recvBytes, &plan->recvWindow, &plan->recvOffset);
 }
@@ -155,7 +158,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     // lock each), so small collectives skip the lookup. Otherwise the best
     // choice without windows (which may be a Direct/Simple that the
     // zero-copy candidate displaced).
-    in.windows = !gpu && comm->nranks() > 1 && comm->windows().any();
+    in.windows = comm->nranks() > 1 && comm->windows().any();
     plan.choice = comm->choices().select(in);
     if (in.windows && (!plan.choice.zeroCopy || !inWindows(comm, a, &plan))) {
       in.windows = false;
@@ -180,7 +183,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                plan.choice.zeroCopy ? " zero-copy" : "", plan.choice.nChannels,
                plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
                plan.choice.note.empty() ? "" : "; ", plan.choice.note.c_str());
-    if (gpu) return engine->collective(a, plan.choice, plan.scalar);
+    if (gpu) return engine->collective(a, plan);
     if (comm->nranks() > 1) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
       if (plan.choice.algo == Algo::Direct && !plan.choice.zeroCopy) BRAID_CHECK(comm->ensureDirect());

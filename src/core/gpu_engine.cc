@@ -9,6 +9,8 @@
 #include "core/connectors.h"
 #include "core/enqueue.h"
 #include "core/group.h"
+#include "core/host_coll.h"
+#include "core/memory.h"
 #include "core/p2p.h"
 #include "core/redops.h"
 #include "exec/device/launch.h"
@@ -27,6 +29,7 @@ using device::DevP2pArgs;
 using device::kDevMaxChannels;
 
 static_assert(device::kDevTreeChildren == kMaxTreeChildren, "device tree tables match the trees");
+static_assert(device::kDevMaxSymRanks == kMaxGpuSymRanks, "GPU zero-copy rank limits match");
 
 constexpr int kPeerChannels = kGpuPeerChannels;  // connectors per pair of ranks for point-to-point
 constexpr size_t kP2pBytesPerChannel = 512u << 10;  // a send or receive gets a channel per this many bytes
@@ -95,7 +98,7 @@ class GpuEngineImpl final : public GpuEngine {
   ~GpuEngineImpl() override;
   Status init();
 
-  Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) override;
+  Status collective(const CollArgs& a, const HostPlan& hostPlan) override;
   Status flush() override;
   bool ready(const CollArgs& a, const TuneChoice& choice) const override;
   Status p2p(const std::vector<P2pOp>& ops, void* stream) override;
@@ -105,6 +108,9 @@ class GpuEngineImpl final : public GpuEngine {
   }
   Status deviceStatus() const override;
   int maxChannels() const override { return kDevMaxChannels; }
+  Status mapWindow(uint64_t number, void* buff, size_t size, std::vector<char*>* bases,
+                   std::string* why) override;
+  void unmapWindow(uint64_t number) override;
 
  private:
   struct TreeEnds {
@@ -122,6 +128,12 @@ class GpuEngineImpl final : public GpuEngine {
     DevEnd* end;
   };
 
+  // A zero-copy collective on the windows holding its buffers.
+  Status symmetric(const CollArgs& a, const HostPlan& plan);
+  // Opens rank `rank`'s IPC handle of its allocation at `allocBase` (once
+  // per process: later windows in it share the mapping).
+  Status openPeer(int rank, uint64_t allocBase, const hipIpcMemHandle_t& h, char** out);
+  void closePeer(int rank, uint64_t allocBase);
   // Makes the communicator's GPU the calling thread's current one.
   Status useDevice() const;
   // The kernel's algorithm and channel count for a collective.
@@ -182,6 +194,15 @@ class GpuEngineImpl final : public GpuEngine {
   // Outgrown staging buffers: launches in flight or captured graphs may
   // still read them, so they live as long as the engine.
   std::vector<void*> retiredStaging_;
+  // Zero-copy: this rank's barrier memory and every rank's, mapped here.
+  device::DevSymSync* sync_ = nullptr;
+  std::vector<device::DevSymSync*> syncOf_;
+  struct Opened {
+    char* ptr;
+    int refs;
+  };
+  std::map<std::pair<int, uint64_t>, Opened> opened_;  // (rank, its allocation) -> IPC mapping
+  std::map<uint64_t, std::vector<std::pair<int, uint64_t>>> windowOpens_;  // by window number
   // A group's collectives gathered for one launch (see GpuEngine::collective).
   device::DevCollLaunch gathered_;
   device::KernelKey gatheredKey_{};
@@ -329,6 +350,12 @@ GpuEngineImpl::~GpuEngineImpl() {
   if (staging_ != nullptr) (void)hipFree(staging_);
   for (void* p : retiredStaging_) (void)hipFree(p);
   for (void* p : ringTables_) (void)hipFree(p);
+  for (auto& o : opened_) (void)hipIpcCloseMemHandle(o.second.ptr);
+  for (size_t r = 0; r < syncOf_.size(); ++r) {
+    if (syncOf_[r] != nullptr && syncOf_[r] != sync_ && !comm_->sameProcess(static_cast<int>(r)))
+      (void)hipIpcCloseMemHandle(syncOf_[r]);
+  }
+  if (sync_ != nullptr) (void)hipFree(sync_);
   if (setup_ != nullptr) (void)hipStreamDestroy(setup_);
   if (abortFlag_ != nullptr) (void)hipHostFree(abortFlag_);
 }
@@ -474,6 +501,19 @@ Status GpuEngineImpl::deviceStatus() const {
   s.waitingFor = v->waitingFor;
   s.step = v->step;
   if (s.code == device::kDevAborted) return invalidUsage("a GPU kernel was aborted (ncclCommAbort)");
+  if (s.code == device::kDevMismatch) {
+    return invalidUsage("zero-copy collective #", s.step, " on channel ", s.channel, ": rank ", s.peer,
+                        " runs another collective or passed other windows or offsets "
+                        "(ncclCommWindowRegister): every rank must pass its buffers at the same offsets "
+                        "of the same windows");
+  }
+  if (s.waitingFor >= 2) {
+    return remoteError("a zero-copy GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ",
+                       s.channel, " for rank ", s.peer, s.waitingFor == 2 ? " to enter" : " to finish",
+                       " collective #", s.step,
+                       "; that rank may have died, be stuck, or have passed buffers "
+                       "outside its windows (and run another algorithm)");
+  }
   return remoteError("a GPU kernel made no progress for ", comm_->stallTimeoutSeconds(), " s on channel ",
                      s.channel, " waiting for rank ", s.peer, s.waitingFor ? " to free a slot" : " to send data",
                      " (step ", s.step, "); that rank may have died or be stuck");
@@ -505,7 +545,8 @@ bool GpuEngineImpl::ready(const CollArgs& a, const TuneChoice& choice) const {
   device::DevAlgo algo;
   int nch = 1;
   plan(a, choice, &algo, &nch);
-  if (comm_->nranks() == 1) return true;
+  // Zero-copy needs no connectors: the windows were mapped at registration.
+  if (comm_->nranks() == 1 || choice.zeroCopy) return true;
   switch (algo) {
     case device::DevAlgo::Ring: return nch <= ringConnected_;
     case device::DevAlgo::Tree: return nch <= treeConnected_;
@@ -543,9 +584,12 @@ Status GpuEngineImpl::useDevice() const {
   return gpuCheck(hipSetDevice(device_), "selecting the communicator's GPU");
 }
 
-Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) {
+Status GpuEngineImpl::collective(const CollArgs& a, const HostPlan& hostPlan) {
   BRAID_CHECK(useDevice());
   BRAID_CHECK(deviceStatus());
+  if (hostPlan.choice.zeroCopy) return symmetric(a, hostPlan);
+  const TuneChoice& choice = hostPlan.choice;
+  const ScalarBits& scalar = hostPlan.scalar;
   const int n = comm_->nranks();
   DevCollArgs d;
   d.send = a.send;
@@ -600,6 +644,167 @@ Status GpuEngineImpl::collective(const CollArgs& a, const TuneChoice& choice, co
   gathered_.n = 1;
   gatheredKey_ = key, gatheredStream_ = a.stream;
   return fusable ? okStatus() : flush();
+}
+
+namespace {
+// What a rank tells the others about one window (all-gathered).
+struct GpuWindowRecord {
+  hipIpcMemHandle_t buff;  // the allocation holding the window
+  hipIpcMemHandle_t sync;  // the rank's barrier memory
+  uint64_t allocBase = 0;  // the allocation's address in its process (0: not ncclMemAlloc memory)
+  uint64_t offset = 0;     // the window's offset in it
+  uint64_t window = 0;     // the window's and the barrier memory's addresses in its process
+  uint64_t syncPtr = 0;
+  int32_t device = -1;
+};
+}  // namespace
+
+Status GpuEngineImpl::openPeer(int rank, uint64_t allocBase, const hipIpcMemHandle_t& h, char** out) {
+  auto it = opened_.find({rank, allocBase});
+  if (it == opened_.end()) {
+    void* p = nullptr;
+    BRAID_CHECK(gpuCheck(hipIpcOpenMemHandle(&p, h, hipIpcMemLazyEnablePeerAccess),
+                         "opening a peer's window (IPC handle)"));
+    it = opened_.emplace(std::make_pair(rank, allocBase), Opened{static_cast<char*>(p), 0}).first;
+  }
+  ++it->second.refs;
+  *out = it->second.ptr;
+  return okStatus();
+}
+
+void GpuEngineImpl::closePeer(int rank, uint64_t allocBase) {
+  auto it = opened_.find({rank, allocBase});
+  if (it == opened_.end() || --it->second.refs > 0) return;
+  (void)hipIpcCloseMemHandle(it->second.ptr);
+  opened_.erase(it);
+}
+
+Status GpuEngineImpl::mapWindow(uint64_t number, void* buff, size_t size, std::vector<char*>* bases,
+                                std::string* why) {
+  BRAID_CHECK(useDevice());
+  const int n = comm_->nranks(), me = comm_->rank();
+  if (sync_ == nullptr) {
+    CaptureTolerant tolerant;
+    void* p = nullptr;
+    BRAID_CHECK(gpuCheck(hipMalloc(&p, sizeof(device::DevSymSync)), "allocating zero-copy barrier memory"));
+    sync_ = static_cast<device::DevSymSync*>(p);
+    BRAID_CHECK(
+        gpuCheck(hipMemsetAsync(p, 0, sizeof(device::DevSymSync), setup_), "clearing barrier memory"));
+    BRAID_CHECK(gpuCheck(hipStreamSynchronize(setup_), "clearing barrier memory"));
+  }
+  std::vector<GpuWindowRecord> records(static_cast<size_t>(n), GpuWindowRecord{});
+  GpuWindowRecord& mine = records[static_cast<size_t>(me)];
+  mine.window = reinterpret_cast<uint64_t>(buff);
+  mine.syncPtr = reinterpret_cast<uint64_t>(sync_);
+  mine.device = device_;
+  BRAID_CHECK(gpuCheck(hipIpcGetMemHandle(&mine.sync, sync_), "making an IPC handle of barrier memory"));
+  void* base = nullptr;
+  size_t allocBytes = 0;
+  if (findGpuAllocation(buff, size, &base, &allocBytes) &&
+      hipIpcGetMemHandle(&mine.buff, base) == hipSuccess) {
+    mine.allocBase = reinterpret_cast<uint64_t>(base);
+    mine.offset = static_cast<uint64_t>(static_cast<char*>(buff) - static_cast<char*>(base));
+  }
+  (void)hipGetLastError();
+  BRAID_CHECK(comm_->bootstrap()
+                  ->allGather(records.data(), sizeof(GpuWindowRecord))
+                  .withContext("ncclCommWindowRegister"));
+  bases->assign(static_cast<size_t>(n), nullptr);
+  const bool firstWindow = syncOf_.empty();
+  if (firstWindow) syncOf_.assign(static_cast<size_t>(n), nullptr);
+  std::vector<std::pair<int, uint64_t>>& opens = windowOpens_[number];
+  for (int r = 0; r < n && why->empty(); ++r) {
+    const GpuWindowRecord& rec = records[static_cast<size_t>(r)];
+    char* sync = reinterpret_cast<char*>(rec.syncPtr);
+    if (r == me || comm_->sameProcess(r)) {
+      (*bases)[static_cast<size_t>(r)] = reinterpret_cast<char*>(rec.window);
+      if (rec.device != device_) {  // another GPU of this process: its memory must be mapped here
+        hipError_t e = hipDeviceEnablePeerAccess(rec.device, 0);
+        if (e != hipSuccess && e != hipErrorPeerAccessAlreadyEnabled) {
+          *why = strCat("GPU ", device_, " cannot map GPU ", rec.device, "'s memory: ", hipGetErrorString(e));
+        }
+        (void)hipGetLastError();
+      }
+    } else if (rec.allocBase == 0) {
+      *why = strCat("rank ", r, "'s buffer is not memory from ncclMemAlloc");
+    } else {
+      char* p = nullptr;
+      Status s = openPeer(r, rec.allocBase, rec.buff, &p);
+      if (!s.ok()) {
+        *why = s.message();
+        break;
+      }
+      opens.emplace_back(r, rec.allocBase);
+      (*bases)[static_cast<size_t>(r)] = p + rec.offset;
+      if (firstWindow) {
+        void* q = nullptr;
+        Status t = gpuCheck(hipIpcOpenMemHandle(&q, rec.sync, hipIpcMemLazyEnablePeerAccess),
+                            "opening a peer's barrier memory (IPC handle)");
+        if (!t.ok()) {
+          *why = t.message();
+          break;
+        }
+        sync = static_cast<char*>(q);
+      }
+    }
+    if (firstWindow) syncOf_[static_cast<size_t>(r)] = reinterpret_cast<device::DevSymSync*>(sync);
+  }
+  if (!why->empty()) unmapWindow(number);
+  if (firstWindow && std::find(syncOf_.begin(), syncOf_.end(), nullptr) != syncOf_.end()) {
+    // A later window maps it again; what was opened stays until the engine goes.
+    for (size_t r = 0; r < syncOf_.size(); ++r) {
+      if (syncOf_[r] != nullptr && static_cast<int>(r) != me && !comm_->sameProcess(static_cast<int>(r)))
+        (void)hipIpcCloseMemHandle(syncOf_[r]);
+    }
+    syncOf_.clear();
+  }
+  return okStatus();
+}
+
+void GpuEngineImpl::unmapWindow(uint64_t number) {
+  auto it = windowOpens_.find(number);
+  if (it == windowOpens_.end()) return;
+  (void)useDevice();
+  for (const auto& o : it->second) closePeer(o.first, o.second);
+  windowOpens_.erase(it);
+}
+
+Status GpuEngineImpl::symmetric(const CollArgs& a, const HostPlan& plan) {
+  const int n = comm_->nranks();
+  if (n > device::kDevMaxSymRanks || static_cast<int>(syncOf_.size()) != n) {
+    return internalError(a.name, ": zero-copy chosen without every rank's barrier memory mapped");
+  }
+  device::DevSymArgs d;
+  d.coll = static_cast<device::DevColl>(static_cast<int>(a.type));
+  d.rank = comm_->rank();
+  d.nranks = n;
+  d.nChannels = std::max(1, std::min(plan.choice.nChannels, kDevMaxChannels));
+  const bool move = a.type == CollType::AllGather;
+  d.count = a.count * (move ? datatypeSize(a.datatype) : 1);
+  if (a.op == ncclAvg && !move) d.avgDivisor = n;
+  // A peer's buffer is found at this rank's offset in the peer's window, so
+  // every rank must pass the same windows at the same offsets where peers
+  // use them: the kernel compares keys. Peers read the inputs of all-reduce
+  // and reduce-scatter and write the outputs of all-reduce and all-gather
+  // (in-place all-gather and reduce-scatter put a rank's own buffer at its
+  // own offset).
+  const bool peersRead = a.type != CollType::AllGather, peersWrite = a.type != CollType::ReduceScatter;
+  d.key = (peersRead ? (plan.sendWindow * 0x9E3779B97F4A7C15ull) ^ (plan.sendOffset << 1) : 0) ^
+          (peersWrite ? (plan.recvWindow * 0xC2B2AE3D27D4EB4Full) ^ (plan.recvOffset << 17) : 0);
+  SymmetricWindows& w = comm_->windows();
+  for (int q = 0; q < n; ++q) {
+    char* in = w.base(q, plan.sendWindow);
+    char* out = w.base(q, plan.recvWindow);
+    if (in == nullptr || out == nullptr) return internalError(a.name, ": a zero-copy window is not mapped");
+    d.inputs[q] = in + plan.sendOffset;
+    d.outputs[q] = out + plan.recvOffset;
+    d.sync[q] = syncOf_[static_cast<size_t>(q)];
+  }
+  d.inputs[d.rank] = a.send;
+  d.outputs[d.rank] = a.recv;
+  d.ctx = ctx();
+  BRAID_CHECK(flush());  // the group's gathered collectives come first on the stream
+  return device::launchSymmetric(a.datatype, move, d, a.stream);
 }
 
 Status GpuEngineImpl::flush() {

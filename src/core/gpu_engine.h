@@ -17,7 +17,9 @@
 // flavor's create() says the library was built without GPU support.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tuning/tuning.h"
@@ -25,8 +27,8 @@
 namespace braid {
 
 struct CollArgs;
+struct HostPlan;
 struct P2pOp;
-struct ScalarBits;
 class Communicator;
 
 class GpuEngine {
@@ -37,7 +39,9 @@ class GpuEngine {
   // Launches one collective on `stream` with the selector's choice. While
   // a group runs (groupFuses()), it may instead join the collectives
   // gathered before it, which share one launch when `flush` runs.
-  virtual Status collective(const CollArgs& a, const TuneChoice& choice, const ScalarBits& scalar) = 0;
+  // A zero-copy choice (plan.choice.zeroCopy) runs on the windows holding
+  // the buffers (plan's window numbers and offsets), launched at once.
+  virtual Status collective(const CollArgs& a, const HostPlan& plan) = 0;
   // Launches the gathered collectives, if any.
   virtual Status flush() = 0;
   // Whether `collective` would launch without first connecting with peers
@@ -53,6 +57,13 @@ class GpuEngine {
   virtual void abort() = 0;
   // OK, or what a kernel reported (a wait that timed out or was aborted).
   virtual Status deviceStatus() const = 0;
+  // Collective (ncclCommWindowRegister): maps window `number` (`buff`, `size`
+  // bytes) of every rank into this GPU; bases[r] is rank r's buffer here.
+  // A window that cannot be mapped leaves `why` set, not an error.
+  virtual Status mapWindow(uint64_t number, void* buff, size_t size, std::vector<char*>* bases,
+                           std::string* why) = 0;
+  // Releases what mapWindow opened for window `number`.
+  virtual void unmapWindow(uint64_t number) = 0;
   // Channels the selector may use for a GPU collective.
   virtual int maxChannels() const = 0;
 };

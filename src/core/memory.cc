@@ -64,15 +64,33 @@ Status memFree(void* ptr) {
   return okStatus();
 }
 
-bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out) {
+namespace {
+// The live allocation holding [p, p + bytes) (gMutex held), or null.
+const std::pair<const uintptr_t, Allocation>* allocationHolding(const void* p, size_t bytes) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(gMutex);
   auto it = allocations().upper_bound(addr);
-  if (it == allocations().begin()) return false;
+  if (it == allocations().begin()) return nullptr;
   --it;
   const Allocation& a = it->second;
-  if (a.gpu || addr - it->first > a.bytes || bytes > a.bytes - (addr - it->first)) return false;
-  *out = SharedAllocation{a.fd, reinterpret_cast<void*>(it->first), a.bytes};
+  if (addr - it->first > a.bytes || bytes > a.bytes - (addr - it->first)) return nullptr;
+  return &*it;
+}
+}  // namespace
+
+bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  const auto* e = allocationHolding(p, bytes);
+  if (e == nullptr || e->second.gpu) return false;
+  *out = SharedAllocation{e->second.fd, reinterpret_cast<void*>(e->first), e->second.bytes};
+  return true;
+}
+
+bool findGpuAllocation(const void* p, size_t bytes, void** base, size_t* allocBytes) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  const auto* e = allocationHolding(p, bytes);
+  if (e == nullptr || !e->second.gpu) return false;
+  *base = reinterpret_cast<void*>(e->first);
+  *allocBytes = e->second.bytes;
   return true;
 }
 

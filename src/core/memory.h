@@ -25,6 +25,8 @@ struct SharedAllocation {
   size_t bytes;
 };
 bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out);
+// The GPU allocation of memAlloc holding [p, p + bytes), if there is one.
+bool findGpuAllocation(const void* p, size_t bytes, void** base, size_t* allocBytes);
 
 // The buffers registered with one communicator: ncclCommRegister /
 // ncclCommDeregister (kind Buffer) and ncclCommWindowRegister /
@@ -36,8 +38,9 @@ bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out);
 //
 // Registration is a promise about a buffer's lifetime, as in NCCL. Host
 // windows are also mapped into the peers (core/symmetric.h) for zero-copy
-// collectives; registered buffers and GPU windows are not used by the
-// kernels yet (collectives on them run as on any other buffer).
+// collectives, and GPU windows of ncclMemAlloc memory into the peers' GPUs;
+// registered buffers are not used by the kernels yet (collectives on them
+// run as on any other buffer).
 class BufferRegistry {
  public:
   enum class Kind { Buffer, Window };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/comm.h"
+#include "core/gpu_engine.h"
 #include "core/memory.h"
 #include "platform/shared_memory.h"
 #include "tuning/tuning.h"
@@ -52,15 +53,54 @@ Status SymmetricWindows::mapSlots(Communicator& comm, const std::vector<WindowRe
 Status SymmetricWindows::add(Communicator& comm, void* handle, void* buff, size_t size) {
   const uint64_t number = ++registered_;
   const int n = comm.nranks(), me = comm.rank();
+  const bool gpu = comm.backend() == Backend::Gpu;
   // Decided alike on every rank, without an exchange.
-  if (comm.backend() != Backend::Host || n == 1 || n > kMaxSymRanks || comm.nnodes() > 1) {
+  if (n == 1 || n > (gpu ? kMaxGpuSymRanks : kMaxSymRanks) || comm.nnodes() > 1) {
     BRAID_INFO(kLogAlloc, "window %llu: not zero-copy (%s)", static_cast<unsigned long long>(number),
-               comm.backend() != Backend::Host ? "GPU windows are not mapped into peers yet"
-               : n == 1                        ? "one rank"
-               : comm.nnodes() > 1             ? "ranks on several hosts"
-                                               : "too many ranks");
+               n == 1              ? "one rank"
+               : comm.nnodes() > 1 ? "ranks on several hosts"
+                                   : "too many ranks");
     return okStatus();
   }
+  Window w{number, handle, static_cast<const char*>(buff), size, std::vector<char*>(static_cast<size_t>(n)),
+           {},     gpu};
+  std::string why;
+  GpuEngine* engine = nullptr;
+  if (gpu) {
+    BRAID_CHECK(comm.gpuEngine(&engine));
+    BRAID_CHECK(engine->mapWindow(number, buff, size, &w.bases, &why));
+  } else {
+    BRAID_CHECK(mapHostWindow(comm, buff, size, &w, &why));
+  }
+  // Zero-copy only if every rank mapped everything.
+  std::vector<int32_t> ok(static_cast<size_t>(n));
+  ok[static_cast<size_t>(me)] = why.empty() ? 1 : 0;
+  Status s = comm.bootstrap()->allGather(ok.data(), sizeof(int32_t)).withContext("ncclCommWindowRegister");
+  const bool all = s.ok() && std::all_of(ok.begin(), ok.end(), [](int32_t v) { return v == 1; });
+  if (!all) {
+    for (const Mapping& m : w.mappings) sharedMemoryUnmap(m.addr, m.bytes);
+    if (engine != nullptr) engine->unmapWindow(number);
+    BRAID_CHECK(s);
+    if (why.empty()) {
+      for (int r = 0; r < n && why.empty(); ++r) {
+        if (ok[static_cast<size_t>(r)] == 0) why = strCat("rank ", r, " could not map every peer's buffer");
+      }
+    }
+    BRAID_INFO(kLogAlloc, "window %llu (%p, %zu bytes): not zero-copy: %s",
+               static_cast<unsigned long long>(number), buff, size, why.c_str());
+    return okStatus();
+  }
+  BRAID_INFO(kLogAlloc, "window %llu (%p, %zu bytes): zero-copy, mapped from all %d ranks%s",
+             static_cast<unsigned long long>(number), buff, size, n, gpu ? " into this GPU" : "");
+  std::lock_guard<std::mutex> lock(mu_);
+  windows_.push_back(std::move(w));
+  zeroCopy_.store(static_cast<int>(windows_.size()), std::memory_order_relaxed);
+  return okStatus();
+}
+
+Status SymmetricWindows::mapHostWindow(Communicator& comm, void* buff, size_t size, Window* w,
+                                       std::string* why) {
+  const int n = comm.nranks(), me = comm.rank();
   if (slotMemory_ == nullptr) {
     BRAID_CHECK(sharedMemoryCreate(kSlotBytes, &slotFd_, &slotMemory_));
     for (int c = 0; c < kMaxChannels; ++c) new (static_cast<SymSlot*>(slotMemory_) + c) SymSlot();
@@ -77,67 +117,44 @@ Status SymmetricWindows::add(Communicator& comm, void* handle, void* buff, size_
     mine.mapOffset = offset / pageBytes() * pageBytes();
     mine.mapBytes = (offset - mine.mapOffset + size + pageBytes() - 1) / pageBytes() * pageBytes();
   }
-  bootstrap::Bootstrap* boot = comm.bootstrap();
-  BRAID_CHECK(boot->allGather(records.data(), sizeof(WindowRecord)).withContext("ncclCommWindowRegister"));
-
-  Window w{number, handle, static_cast<const char*>(buff), size, std::vector<char*>(static_cast<size_t>(n)),
-           {}};
-  std::string why;
-  for (int r = 0; r < n && why.empty(); ++r) {
+  BRAID_CHECK(comm.bootstrap()
+                  ->allGather(records.data(), sizeof(WindowRecord))
+                  .withContext("ncclCommWindowRegister"));
+  for (int r = 0; r < n && why->empty(); ++r) {
     const WindowRecord& rec = records[static_cast<size_t>(r)];
     if (r == me || comm.sameProcess(r)) {
-      w.bases[static_cast<size_t>(r)] = reinterpret_cast<char*>(rec.buff);
+      w->bases[static_cast<size_t>(r)] = reinterpret_cast<char*>(rec.buff);
       continue;
     }
     if (rec.fd < 0) {
-      why = strCat("rank ", r, "'s buffer is not memory from ncclMemAlloc");
+      *why = strCat("rank ", r, "'s buffer is not memory from ncclMemAlloc");
       continue;
     }
     void* addr = nullptr;
     Status s = sharedMemoryMapPeer(comm.peers()[static_cast<size_t>(r)].pid, rec.fd, rec.mapOffset,
                                    rec.mapBytes, &addr);
     if (!s.ok()) {
-      why = s.message();
+      *why = s.message();
       continue;
     }
-    w.mappings.push_back({addr, rec.mapBytes});
-    w.bases[static_cast<size_t>(r)] = static_cast<char*>(addr) + (rec.buff % pageBytes());
+    w->mappings.push_back({addr, rec.mapBytes});
+    w->bases[static_cast<size_t>(r)] = static_cast<char*>(addr) + (rec.buff % pageBytes());
   }
-  if (why.empty()) {
+  if (why->empty()) {
     Status s = mapSlots(comm, records);
-    if (!s.ok()) why = s.message();
+    if (!s.ok()) *why = s.message();
   }
-  // Zero-copy only if every rank mapped everything.
-  std::vector<int32_t> ok(static_cast<size_t>(n));
-  ok[static_cast<size_t>(me)] = why.empty() ? 1 : 0;
-  Status s = boot->allGather(ok.data(), sizeof(int32_t)).withContext("ncclCommWindowRegister");
-  const bool all = s.ok() && std::all_of(ok.begin(), ok.end(), [](int32_t v) { return v == 1; });
-  if (!all) {
-    for (const Mapping& m : w.mappings) sharedMemoryUnmap(m.addr, m.bytes);
-    BRAID_CHECK(s);
-    if (why.empty()) {
-      for (int r = 0; r < n && why.empty(); ++r) {
-        if (ok[static_cast<size_t>(r)] == 0) why = strCat("rank ", r, " could not map every peer's buffer");
-      }
-    }
-    BRAID_INFO(kLogAlloc, "window %llu (%p, %zu bytes): not zero-copy: %s",
-               static_cast<unsigned long long>(number), buff, size, why.c_str());
-    return okStatus();
-  }
-  BRAID_INFO(kLogAlloc, "window %llu (%p, %zu bytes): zero-copy, mapped from all %d ranks",
-             static_cast<unsigned long long>(number), buff, size, n);
-  std::lock_guard<std::mutex> lock(mu_);
-  windows_.push_back(std::move(w));
-  zeroCopy_.store(static_cast<int>(windows_.size()), std::memory_order_relaxed);
   return okStatus();
 }
 
-void SymmetricWindows::remove(void* handle) {
+void SymmetricWindows::remove(Communicator& comm, void* handle) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it =
       std::find_if(windows_.begin(), windows_.end(), [&](const Window& w) { return w.handle == handle; });
   if (it == windows_.end()) return;
   for (const Mapping& m : it->mappings) sharedMemoryUnmap(m.addr, m.bytes);
+  GpuEngine* engine = nullptr;
+  if (it->gpu && comm.gpuEngine(&engine).ok()) engine->unmapWindow(it->number);
   windows_.erase(it);
   zeroCopy_.store(static_cast<int>(windows_.size()), std::memory_order_relaxed);
 }

@@ -1,6 +1,8 @@
-// A host communicator's windows (ncclCommWindowRegister) mapped into every
-// rank, and the slots its ranks meet through in zero-copy collectives
-// (exec/host/host_sym.h).
+// A communicator's windows (ncclCommWindowRegister) mapped into every rank,
+// and, on the host backend, the slots its ranks meet through in zero-copy
+// collectives (exec/host/host_sym.h). On the GPU backend the GPU engine maps
+// the windows (IPC handles of ncclMemAlloc memory) and its own barrier
+// memory; this table keeps where each rank's window is.
 //
 // Registering a window is collective: every rank passes its buffer, the
 // ranks all-gather where it is (process, memory file, offset), and each
@@ -15,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "exec/host/host_sym.h"
@@ -23,6 +26,9 @@
 namespace braid {
 
 class Communicator;
+
+// Most ranks a GPU zero-copy collective runs on (device::kDevMaxSymRanks).
+constexpr int kMaxGpuSymRanks = 8;
 
 class SymmetricWindows final : public SymWindowMap {
  public:
@@ -35,7 +41,7 @@ class SymmetricWindows final : public SymWindowMap {
   // rank. A window that cannot be zero-copy is recorded as such, not an error.
   Status add(Communicator& comm, void* handle, void* buff, size_t size);
   // Local: unmaps the peers' part of window `handle` (no-op if unknown).
-  void remove(void* handle);
+  void remove(Communicator& comm, void* handle);
 
   // The zero-copy window holding [p, p + bytes): its number and the offset.
   bool find(const void* p, size_t bytes, uint64_t* window, uint64_t* offset) const;
@@ -56,7 +62,11 @@ class SymmetricWindows final : public SymWindowMap {
     size_t size;
     std::vector<char*> bases;  // by rank; this rank's is buff
     std::vector<Mapping> mappings;
+    bool gpu;  // mapped by the GPU engine (which releases its mappings)
   };
+  // Host backend: maps every rank's buffer (shared memory) into `w`, or
+  // leaves `why` set.
+  Status mapHostWindow(Communicator& comm, void* buff, size_t size, Window* w, std::string* why);
   Status mapSlots(Communicator& comm, const std::vector<struct WindowRecord>& records);
 
   mutable std::mutex mu_;

@@ -28,6 +28,7 @@ using hipGraphNode_t = cudaGraphNode_t;
 #define hipSuccess cudaSuccess
 #define hipErrorNoDevice cudaErrorNoDevice
 #define hipErrorInvalidValue cudaErrorInvalidValue
+#define hipErrorPeerAccessAlreadyEnabled cudaErrorPeerAccessAlreadyEnabled
 #define hipMemcpyHostToDevice cudaMemcpyHostToDevice
 #define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice

@@ -153,8 +153,19 @@ constexpr int kDirectMaxRanks = 8;
 // 580 us; past the caches the ring's FIFOs are faster (32 MiB: 6.2 against
 // 7.7 GB/s), hence the limit.
 constexpr ProtoCost kZeroCopyCost = {0.35, 28000.0};
+// Zero-copy on GPU windows: two barriers (a flag each way over the link);
+// each block reads its share of every rank's input and writes every rank's
+// output with 16-byte accesses. Off unless asked for: on one H200 with two
+// ranks sharing it, the all-reduces it would take (8 KiB to 16 MiB) tie
+// with the ring and one-shot when launched one by one and lose 1-1.5 us
+// from 8 KiB to 512 KiB in graphs (docs/performance.md); it is meant for
+// NVLink, where it has not run yet.
+constexpr ProtoCost kGpuZeroCopyCost = {1.0, 15000.0};
+SizeParam paramGpuZeroCopyMaxBytes("GPU_ZERO_COPY_MAX_BYTES", 0,
+                                   "Largest GPU collective on windows (ncclCommWindowRegister) that runs "
+                                   "zero-copy (0: never; also bounded by BRAID_ZERO_COPY_MAX_BYTES)");
 SizeParam paramZeroCopyMaxBytes("ZERO_COPY_MAX_BYTES", 16u << 20,
-                                "Largest host all-reduce on windows (ncclCommWindowRegister) that runs "
+                                "Largest all-reduce on windows (ncclCommWindowRegister) that runs "
                                 "zero-copy, reading and writing the peers' buffers directly (0: never)");
 
 double log2Ceil(int n) {
@@ -251,8 +262,9 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         double steps = 0, bytes = 0;
         // Zero-copy (windows, host): two meetings; each rank moves its share
         // of every rank's buffers (all-gather: its block to n-1 peers).
-        const bool zeroCopy = ai == static_cast<int>(Algo::Direct) && in.windows && !in.gpu && pi == 0 &&
+        const bool zeroCopy = ai == static_cast<int>(Algo::Direct) && in.windows && pi == 0 &&
                               in.bytes <= paramZeroCopyMaxBytes.get() &&
+                              (!in.gpu || in.bytes <= paramGpuZeroCopyMaxBytes.get()) &&
                               (in.coll == CollType::AllReduce || in.coll == CollType::AllGather ||
                                in.coll == CollType::ReduceScatter);
         if (zeroCopy) {
@@ -267,12 +279,14 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
           // Direct runs over the point-to-point channels. With 2 ranks it
           // moves a ring's bytes in half the steps: unbounded here, it
           // would win at every size and then run on half the channels.
-          if (ai == static_cast<int>(Algo::Direct)) nch = std::min(nch, kGpuPeerChannels);
+          if (ai == static_cast<int>(Algo::Direct) && !zeroCopy) nch = std::min(nch, kGpuPeerChannels);
         } else if (ai != static_cast<int>(Algo::Direct) || zeroCopy) {  // windows: one node
           const double per = in.nnodes > 1 ? kNetBytesPerChannel : kBytesPerChannel;
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / per), minCh, maxCh);
         }
-        const ProtoCost& cost = in.gpu ? kGpuCost[pi] : zeroCopy ? kZeroCopyCost : kHostCost[pi];
+        const ProtoCost& cost = zeroCopy ? (in.gpu ? kGpuZeroCopyCost : kZeroCopyCost)
+                                : in.gpu ? kGpuCost[pi]
+                                         : kHostCost[pi];
         const bool shared = in.cores > 0 && in.localRanks > in.cores;  // ranks take turns on the cores
         const double share = shared ? static_cast<double>(in.cores) / in.localRanks : 1.0;
         double rate = cost.bytesPerUs * share * nch;  // bytes per us

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -576,6 +577,185 @@ std::string graphWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memory
 TEST(GpuGraph, CaptureOnFirstUseAndReplay) {
   BRAID_NEED_A_GPU(g);
   EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {}, kQuickTimeoutSec, graphWork), "");
+}
+
+// --- (j): zero-copy collectives on symmetric windows ---------------------------
+
+// With zero-copy asked for (BRAID_GPU_ZERO_COPY_MAX_BYTES; off by default),
+// every rank registers one ncclMemAlloc window and runs all-reduce (sum and
+// average; float, bf16 and int32), all-gather and reduce-scatter in it, in
+// place and out of place, eagerly and captured into a graph replayed three
+// times (the barrier's call counters live on the GPU). The communicator must
+// hold the window as zero-copy (mapped from every rank) for sizes the
+// selector runs zero-copy. Then rank 0 passes its buffers 4 KiB further into
+// the window than the others: every rank's kernel must end with an error
+// naming the mismatch, not hang or corrupt.
+std::string windowWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
+  hipStream_t stream = static_cast<hipStream_t>(memory.stream());
+  const size_t maxCount = (size_t(1) << 20) + 3, n = static_cast<size_t>(nranks);
+  const size_t bytes = (maxCount * n + 4096) * sizeof(float) * 2;
+  void* base = nullptr;
+  std::string err = check(ncclMemAlloc(&base, bytes), "ncclMemAlloc");
+  if (!err.empty()) return err;
+  ncclWindow_t win = nullptr;
+  err = check(ncclCommWindowRegister(comm, base, bytes, &win, NCCL_WIN_COLL_SYMMETRIC),
+              "ncclCommWindowRegister");
+  if (!err.empty()) return err;
+  Communicator* c = static_cast<Communicator*>(comm);
+  uint64_t number = 0, offset = 0;
+  if (!c->windows().find(base, bytes, &number, &offset)) return "the window is not zero-copy";
+  char* in = static_cast<char*>(base);
+  char* out = in + (maxCount * n + 4096) * sizeof(float);
+  auto val = [](int r, size_t i, int iter) {
+    return static_cast<float>((r + 1) * static_cast<int>((i + iter) % 13));
+  };
+  std::vector<float> h, got;
+  auto upload = [&](void* dst, const std::vector<float>& v) {
+    return hipCheck(hipMemcpy(dst, v.data(), v.size() * sizeof(float), hipMemcpyHostToDevice), "upload");
+  };
+  auto download = [&](const void* src, size_t count) {
+    got.assign(count, -1.0f);
+    return hipCheck(hipMemcpy(got.data(), src, count * sizeof(float), hipMemcpyDeviceToHost), "download");
+  };
+  const float rankSum = static_cast<float>(nranks * (nranks + 1) / 2);
+  for (size_t count : {size_t(1), size_t(7), size_t(1023), size_t(65537), maxCount}) {
+    for (bool inPlace : {false, true}) {
+      const std::string tag = strCat(" (count ", count, inPlace ? ", in place)" : ")");
+      // all-reduce, sum then average
+      for (ncclRedOp_t op : {ncclSum, ncclAvg}) {
+        h.resize(count);
+        for (size_t i = 0; i < count; ++i) h[i] = val(rank, i, 0);
+        void* dst = inPlace ? in : out;
+        err = upload(in, h);
+        if (err.empty())
+          err = check(ncclAllReduce(in, dst, count, ncclFloat32, op, comm, stream), "allreduce");
+        if (err.empty()) err = memory.synchronize(comm);
+        if (err.empty()) err = download(dst, count);
+        for (size_t i = 0; i < count && err.empty(); ++i) {
+          const float want = op == ncclSum ? rankSum * val(0, i, 0) : rankSum * val(0, i, 0) / nranks;
+          if (got[i] != want)
+            err = strCat("allreduce op ", op, " at ", i, ": ", got[i], " where ", want, " was expected");
+        }
+        if (!err.empty()) return err + tag;
+      }
+      // all-gather: rank r's block lands at r * count
+      h.resize(count);
+      for (size_t i = 0; i < count; ++i) h[i] = val(rank, i, 1);
+      char* agIn = inPlace ? out + static_cast<size_t>(rank) * count * sizeof(float) : in;
+      err = upload(agIn, h);
+      if (err.empty()) err = check(ncclAllGather(agIn, out, count, ncclFloat32, comm, stream), "allgather");
+      if (err.empty()) err = memory.synchronize(comm);
+      if (err.empty()) err = download(out, count * n);
+      for (size_t j = 0; j < count * n && err.empty(); ++j) {
+        const float want = val(static_cast<int>(j / count), j % count, 1);
+        if (got[j] != want) err = strCat("allgather at ", j, ": ", got[j], " where ", want, " was expected");
+      }
+      if (!err.empty()) return err + tag;
+      // reduce-scatter of nranks blocks
+      h.resize(count * n);
+      for (size_t j = 0; j < count * n; ++j) h[j] = val(rank, j, 2);
+      err = upload(in, h);
+      char* rsOut = inPlace ? in + static_cast<size_t>(rank) * count * sizeof(float) : out;
+      if (err.empty())
+        err = check(ncclReduceScatter(in, rsOut, count, ncclFloat32, ncclSum, comm, stream), "reducescatter");
+      if (err.empty()) err = memory.synchronize(comm);
+      if (err.empty()) err = download(rsOut, count);
+      for (size_t i = 0; i < count && err.empty(); ++i) {
+        const float want = rankSum * val(0, static_cast<size_t>(rank) * count + i, 2);
+        if (got[i] != want)
+          err = strCat("reducescatter at ", i, ": ", got[i], " where ", want, " was expected");
+      }
+      if (!err.empty()) return err + tag;
+    }
+  }
+  // bf16 and int32 sums (bf16 values exact: small integers).
+  {
+    const size_t count = 4099;
+    std::vector<uint16_t> hb(count);
+    std::vector<int32_t> hi(count);
+    for (size_t i = 0; i < count; ++i) {
+      const float f = static_cast<float>((rank + 1) * static_cast<int>(i % 7));
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      hb[i] = static_cast<uint16_t>(bits >> 16);
+      hi[i] = (rank + 1) * static_cast<int32_t>(i % 1000) - 300;
+    }
+    err = hipCheck(hipMemcpy(in, hb.data(), count * 2, hipMemcpyHostToDevice), "upload bf16");
+    if (err.empty())
+      err = check(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, comm, stream), "bf16 allreduce");
+    if (err.empty()) err = memory.synchronize(comm);
+    if (err.empty())
+      err = hipCheck(hipMemcpy(hb.data(), out, count * 2, hipMemcpyDeviceToHost), "download bf16");
+    for (size_t i = 0; i < count && err.empty(); ++i) {
+      const uint32_t bits = static_cast<uint32_t>(hb[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      if (f != rankSum * static_cast<float>(i % 7)) err = strCat("bf16 allreduce at ", i, ": ", f);
+    }
+    if (err.empty()) err = hipCheck(hipMemcpy(in, hi.data(), count * 4, hipMemcpyHostToDevice), "upload i32");
+    if (err.empty())
+      err = check(ncclAllReduce(in, in, count, ncclInt32, ncclSum, comm, stream), "i32 allreduce");
+    if (err.empty()) err = memory.synchronize(comm);
+    if (err.empty())
+      err = hipCheck(hipMemcpy(hi.data(), in, count * 4, hipMemcpyDeviceToHost), "download i32");
+    for (size_t i = 0; i < count && err.empty(); ++i) {
+      const int32_t want = static_cast<int32_t>(rankSum) * static_cast<int32_t>(i % 1000) - 300 * nranks;
+      if (hi[i] != want)
+        err = strCat("int32 allreduce at ", i, ": ", hi[i], " where ", want, " was expected");
+    }
+    if (!err.empty()) return err;
+  }
+  // Captured once, replayed three times with new inputs.
+  {
+    const size_t count = 65537;
+    hipGraph_t graph = nullptr;
+    hipGraphExec_t exec = nullptr;
+    err = hipCheck(hipStreamBeginCapture(stream, hipStreamCaptureModeGlobal), "hipStreamBeginCapture");
+    if (err.empty())
+      err = check(ncclAllReduce(in, out, count, ncclFloat32, ncclSum, comm, stream), "captured allreduce");
+    err += hipCheck(hipStreamEndCapture(stream, &graph), "hipStreamEndCapture");
+    if (err.empty())
+      err = hipCheck(hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0), "hipGraphInstantiate");
+    for (int iter = 0; iter < 3 && err.empty(); ++iter) {
+      h.resize(count);
+      for (size_t i = 0; i < count; ++i) h[i] = val(rank, i, 10 + iter);
+      err = upload(in, h);
+      if (err.empty()) err = hipCheck(hipGraphLaunch(exec, stream), "hipGraphLaunch");
+      if (err.empty()) err = memory.synchronize(comm);
+      if (err.empty()) err = download(out, count);
+      for (size_t i = 0; i < count && err.empty(); ++i) {
+        if (got[i] != rankSum * val(0, i, 10 + iter)) err = strCat("replay ", iter, " at ", i, ": ", got[i]);
+      }
+    }
+    if (exec != nullptr) (void)hipGraphExecDestroy(exec);
+    if (graph != nullptr) (void)hipGraphDestroy(graph);
+    if (!err.empty()) return err;
+  }
+  // Rank 0 passes its buffers 4 KiB further in: every rank fails, naming it.
+  {
+    const size_t count = 65537, shift = rank == 0 ? 4096 : 0;
+    err = check(ncclAllReduce(in + shift, out + shift, count, ncclFloat32, ncclSum, comm, stream),
+                "shifted allreduce");
+    if (!err.empty()) return err;
+    (void)memory.synchronize(comm);
+    ncclResult_t async = ncclSuccess;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (async == ncclSuccess && std::chrono::steady_clock::now() < until) {
+      (void)ncclCommGetAsyncError(comm, &async);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const std::string text = ncclGetLastError(comm);
+    if (async != ncclInvalidUsage || text.find("same offsets") == std::string::npos)
+      return strCat("shifted buffers gave ", async, ": ", text);
+  }
+  return "";  // rankOnGpu destroys the failed communicator, which releases the window
+}
+
+TEST(GpuWindows, ZeroCopyOnSymmetricWindows) {
+  BRAID_NEED_A_GPU(g);
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {"BRAID_GPU_ZERO_COPY_MAX_BYTES=16M"}, kQuickTimeoutSec,
+                      windowWork),
+            "");
 }
 
 // --- (i): ncclCommAbort while a kernel waits for a peer that never comes --------

@@ -102,8 +102,9 @@ TEST(Selector, MidSizesAcrossNodesTakeMoreChannels) {
 }
 
 // Host all-reduces on windows run zero-copy from a few KiB up to
-// BRAID_ZERO_COPY_MAX_BYTES; without windows, on GPUs, or where NCCL_ALGO
-// rules Direct out, never.
+// BRAID_ZERO_COPY_MAX_BYTES, GPU ones only up to
+// BRAID_GPU_ZERO_COPY_MAX_BYTES (default 0); without windows or where
+// NCCL_ALGO rules Direct out, never.
 TEST(Selector, WindowsMakeMidSizesZeroCopy) {
   TuneInput in = input(CollType::AllReduce, 512 << 10, 2);
   in.windows = true;
@@ -125,6 +126,16 @@ TEST(Selector, WindowsMakeMidSizesZeroCopy) {
   }
   EXPECT_FALSE(selectAlgorithm(input(CollType::AllReduce, 512 << 10, 2)).zeroCopy);
   in.gpu = true;
+  EXPECT_FALSE(selectAlgorithm(in).zeroCopy);  // GPUs: only when asked for (tuning.cc)
+  EnvGuard gpu("BRAID_GPU_ZERO_COPY_MAX_BYTES", "1M");
+  in.maxChannels = 32;
+  c = selectAlgorithm(in);
+  EXPECT_TRUE(c.zeroCopy);
+  EXPECT_GT(c.nChannels, 4);  // as many as the size asks, not the peer channels' few
+  in.bytes = 2u << 20;
+  EXPECT_FALSE(selectAlgorithm(in).zeroCopy);
+  in.bytes = 512 << 10;
+  in.windows = false;
   EXPECT_FALSE(selectAlgorithm(in).zeroCopy);
 }
 

@@ -35,13 +35,17 @@ struct DevChannel {
 // How a kernel ended, in host-mapped memory the host polls
 // (ncclCommGetAsyncError). The first failing block records its wait.
 struct DevStatus {
-  int32_t code;     // kDevOk, kDevAborted, kDevTimedOut
+  int32_t code;     // kDevOk, kDevAborted, kDevTimedOut, kDevMismatch
   int32_t channel;  // the block (channel) that failed first
   int32_t peer;     // the rank it waited for
-  int32_t waitingFor;  // 0: data (tail or LL flags), 1: a free slot (head)
+  // 0: data (tail or LL flags), 1: a free slot (head); zero-copy: 2 a peer
+  // to enter, 3 a peer to finish
+  int32_t waitingFor;
   uint64_t step;
 };
-constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2;
+// kDevMismatch: a zero-copy peer runs another collective, or passed its
+// buffers at other offsets in its windows.
+constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2, kDevMismatch = 3;
 
 struct DevCtx {
   const volatile int32_t* abort = nullptr;  // host-mapped: raised by ncclCommAbort
@@ -69,6 +73,38 @@ struct DevCollArgs {
   const DevChannel* channels = nullptr;  // device memory, nChannels entries
   const DevConn* peerSend = nullptr;     // direct: device memory, [channel * nranks + peer]
   const DevConn* peerRecv = nullptr;
+  DevCtx ctx;
+};
+
+// Zero-copy collectives on symmetric windows (collectives/symmetric.h):
+// every rank's buffers are mapped here, and ranks meet through barrier
+// slots in each rank's GPU memory, written by the peers (NVLink stores),
+// polled locally.
+constexpr int kDevMaxSymRanks = 8;
+struct DevSymSlot {
+  uint64_t arrive;  // the sender's call number on this channel: it entered
+  uint64_t done;    // ... and finished
+  uint64_t key;     // what the sender passed (windows and offsets), to check
+  uint64_t pad;
+};
+// One rank's barrier memory: slots[channel][sender], then its own call
+// counters per channel (never read by peers; kept on the GPU so that graph
+// replays count on).
+struct DevSymSync {
+  DevSymSlot slots[kDevMaxChannels][kDevMaxSymRanks];
+  uint64_t calls[kDevMaxChannels];
+};
+struct DevSymArgs {
+  DevColl coll = DevColl::AllReduce;
+  int32_t rank = 0, nranks = 1, nChannels = 1;
+  int32_t avgDivisor = 0;
+  // Elements (all-gather: bytes) of one rank's buffer; all-gather and
+  // reduce-scatter: of one rank's block, blocks `count` apart.
+  uint64_t count = 0;
+  uint64_t key = 0;                          // this rank's windows and offsets; every rank's must match
+  const void* inputs[kDevMaxSymRanks] = {};  // every rank's send buffer, mapped here
+  void* outputs[kDevMaxSymRanks] = {};       // every rank's receive buffer
+  DevSymSync* sync[kDevMaxSymRanks] = {};    // every rank's barrier memory, mapped here
   DevCtx ctx;
 };
 

@@ -20,6 +20,12 @@ __device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p) {
 __device__ __forceinline__ void storeRelaxed(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// Orders this thread's earlier accesses (and, after a barrier, the block's)
+// before its later stores, at system scope: lighter than
+// __threadfence_system's sequentially consistent fence.
+__device__ __forceinline__ void fenceRelease() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
 // One 16-byte LL line {data0, flag, data1, flag}.
 __device__ __forceinline__ void storeLine(void* p, uint64_t data, uint32_t flag) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(static_cast<uint32_t>(data)),
@@ -60,6 +66,9 @@ __device__ __forceinline__ uint4 loadFresh(const uint4* p) {
 }
 __device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 __device__ __forceinline__ void storeRelaxed(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+__device__ __forceinline__ void fenceRelease() {
+  __threadfence_system();
+}
 __device__ __forceinline__ void storeLine(void* p, uint64_t data, uint32_t flag) {
   uint64_t* q = static_cast<uint64_t*>(p);
   __atomic_store_n(q, (data & 0xffffffffull) | (static_cast<uint64_t>(flag) << 32), __ATOMIC_RELAXED);

@@ -75,6 +75,47 @@ __device__ __forceinline__ T loadElem(const T* p) {
   return t;
 }
 
+// What a failed wait records in DevStatus.
+struct DevWait {
+  int channel, peer, waitingFor;
+  uint64_t step;
+};
+
+// Records a failure (the kernel's first wins) and raises the block's flag,
+// so every call of the block's primitives returns at once.
+__device__ inline void recordWaitFailure(const DevCtx& ctx, volatile int* sFail, int32_t code,
+                                         const DevWait& w) {
+  *sFail = 1;
+  if (atomicCAS(reinterpret_cast<int*>(&ctx.status->code), 0, code) == 0) {
+    ctx.status->channel = w.channel;
+    ctx.status->peer = w.peer;
+    ctx.status->waitingFor = w.waitingFor;
+    ctx.status->step = w.step;
+    __threadfence_system();
+  }
+}
+
+// A bounded wait's periodic check: true (failure recorded) once the abort
+// flag is raised or the wait has made no progress for the timeout since
+// *start (0: starts the clock).
+__device__ inline bool waitMustStop(const DevCtx& ctx, volatile int* sFail, uint64_t* start,
+                                    const DevWait& w) {
+  int32_t code = kDevOk;
+  if (*ctx.abort != 0) {
+    code = kDevAborted;
+  } else {
+    const uint64_t now = nanoseconds();
+    if (*start == 0) {
+      *start = now;
+    } else if (now - *start > ctx.timeoutNs) {
+      code = kDevTimedOut;
+    }
+  }
+  if (code == kDevOk) return false;
+  recordWaitFailure(ctx, sFail, code, w);
+  return true;
+}
+
 template <typename T, typename Op, Protocol P, int MaxRecv, int MaxSend>
 class DevPrims {
 #if !defined(BRAID_GPU_CUDA)
@@ -559,27 +600,7 @@ class DevPrims {
   }
 
   __device__ bool shouldStop(uint64_t* start, int peer, int waitingFor, uint64_t step) {
-    int32_t code = kDevOk;
-    if (*ctx_.abort != 0) {
-      code = kDevAborted;
-    } else {
-      const uint64_t now = nanoseconds();
-      if (*start == 0) {
-        *start = now;
-      } else if (now - *start > ctx_.timeoutNs) {
-        code = kDevTimedOut;
-      }
-    }
-    if (code == kDevOk) return false;
-    *sFail_ = 1;
-    if (atomicCAS(reinterpret_cast<int*>(&ctx_.status->code), 0, code) == 0) {
-      ctx_.status->channel = channel_;
-      ctx_.status->peer = peer;
-      ctx_.status->waitingFor = waitingFor;
-      ctx_.status->step = step;
-      __threadfence_system();
-    }
-    return true;
+    return waitMustStop(ctx_, sFail_, start, DevWait{channel_, peer, waitingFor, step});
   }
 
   int nsend_, nrecv_, localPos_;
