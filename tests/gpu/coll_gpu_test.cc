@@ -611,7 +611,10 @@ std::string windowWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memor
   };
   std::vector<float> h, got;
   auto upload = [&](void* dst, const std::vector<float>& v) {
-    return hipCheck(hipMemcpy(dst, v.data(), v.size() * sizeof(float), hipMemcpyHostToDevice), "upload");
+    // The null stream's copy finishes before the user stream's kernels read it.
+    std::string e =
+        hipCheck(hipMemcpy(dst, v.data(), v.size() * sizeof(float), hipMemcpyHostToDevice), "upload");
+    return e.empty() ? hipCheck(hipDeviceSynchronize(), "synchronize after upload") : e;
   };
   auto download = [&](const void* src, size_t count) {
     got.assign(count, -1.0f);
@@ -734,8 +737,11 @@ std::string windowWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memor
   // Rank 0 passes its buffers 4 KiB further in: every rank fails, naming it.
   {
     const size_t count = 65537, shift = rank == 0 ? 4096 : 0;
-    err = check(ncclAllReduce(in + shift, out + shift, count, ncclFloat32, ncclSum, comm, stream),
-                "shifted allreduce");
+    const std::vector<float> sentinel(count + 1024, -7.0f);  // every rank's output, shifted or not
+    err = upload(out, sentinel);
+    if (err.empty())
+      err = check(ncclAllReduce(in + shift, out + shift, count, ncclFloat32, ncclSum, comm, stream),
+                  "shifted allreduce");
     if (!err.empty()) return err;
     (void)memory.synchronize(comm);
     ncclResult_t async = ncclSuccess;
@@ -747,6 +753,12 @@ std::string windowWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memor
     const std::string text = ncclGetLastError(comm);
     if (async != ncclInvalidUsage || text.find("same offsets") == std::string::npos)
       return strCat("shifted buffers gave ", async, ": ", text);
+    // Nothing was written: the kernels stop at the mismatch.
+    err = download(out, sentinel.size());
+    for (size_t i = 0; i < got.size() && err.empty(); ++i) {
+      if (got[i] != -7.0f) err = strCat("a shifted all-reduce wrote ", got[i], " at output element ", i);
+    }
+    if (!err.empty()) return err;
   }
   return "";  // rankOnGpu destroys the failed communicator, which releases the window
 }
