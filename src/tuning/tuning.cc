@@ -260,7 +260,7 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
             !(in.gpu && in.ll128 && ai == static_cast<int>(Algo::Ring) && pass == 0 && !protoText.empty()))
           continue;
         double steps = 0, bytes = 0;
-        // Zero-copy (windows, host): two meetings; each rank moves its share
+        // Zero-copy (windows): two meetings; each rank moves its share
         // of every rank's buffers (all-gather: its block to n-1 peers).
         const bool zeroCopy = ai == static_cast<int>(Algo::Direct) && in.windows && pi == 0 &&
                               in.bytes <= paramZeroCopyMaxBytes.get() &&
