@@ -158,7 +158,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     // lock each), so small collectives skip the lookup. Otherwise the best
     // choice without windows (which may be a Direct/Simple that the
     // zero-copy candidate displaced).
-    in.windows = comm->nranks() > 1 && comm->windows().any();
+    in.windows = comm->nranks() > 1 && comm->windows().any() && (!gpu || gpuZeroCopyAllowed());
     plan.choice = comm->choices().select(in);
     if (in.windows && (!plan.choice.zeroCopy || !inWindows(comm, a, &plan))) {
       in.windows = false;

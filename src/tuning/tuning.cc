@@ -223,6 +223,10 @@ const char* algoDescription(Algo a) {
   }
 }
 
+bool gpuZeroCopyAllowed() {
+  return paramGpuZeroCopyMaxBytes.get() > 0;
+}
+
 bool algoImplements(Algo a, CollType c) {
   return a == Algo::Ring || c == CollType::AllReduce;
 }

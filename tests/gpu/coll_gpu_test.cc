@@ -610,10 +610,10 @@ std::string windowWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memor
     return static_cast<float>((r + 1) * static_cast<int>((i + iter) % 13));
   };
   std::vector<float> h, got;
-  auto upload = [&](void* dst, const std::vector<float>& v) {
+  auto upload = [&](void* dst, const auto& v) {
     // The null stream's copy finishes before the user stream's kernels read it.
     std::string e =
-        hipCheck(hipMemcpy(dst, v.data(), v.size() * sizeof(float), hipMemcpyHostToDevice), "upload");
+        hipCheck(hipMemcpy(dst, v.data(), v.size() * sizeof(v[0]), hipMemcpyHostToDevice), "upload");
     return e.empty() ? hipCheck(hipDeviceSynchronize(), "synchronize after upload") : e;
   };
   auto download = [&](const void* src, size_t count) {
@@ -683,7 +683,7 @@ std::string windowWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memor
       hb[i] = static_cast<uint16_t>(bits >> 16);
       hi[i] = (rank + 1) * static_cast<int32_t>(i % 1000) - 300;
     }
-    err = hipCheck(hipMemcpy(in, hb.data(), count * 2, hipMemcpyHostToDevice), "upload bf16");
+    err = upload(in, hb);
     if (err.empty())
       err = check(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, comm, stream), "bf16 allreduce");
     if (err.empty()) err = memory.synchronize(comm);
@@ -695,7 +695,7 @@ std::string windowWork(ncclComm_t comm, int rank, int nranks, SweepMemory& memor
       std::memcpy(&f, &bits, 4);
       if (f != rankSum * static_cast<float>(i % 7)) err = strCat("bf16 allreduce at ", i, ": ", f);
     }
-    if (err.empty()) err = hipCheck(hipMemcpy(in, hi.data(), count * 4, hipMemcpyHostToDevice), "upload i32");
+    if (err.empty()) err = upload(in, hi);
     if (err.empty())
       err = check(ncclAllReduce(in, in, count, ncclInt32, ncclSum, comm, stream), "i32 allreduce");
     if (err.empty()) err = memory.synchronize(comm);
