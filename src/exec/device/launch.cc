@@ -4,24 +4,6 @@
 
 namespace braid::device {
 
-bool collKernelsBuilt(ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8: return BRAID_KERNEL_i8;
-    case ncclUint8: return BRAID_KERNEL_u8;
-    case ncclInt32: return BRAID_KERNEL_i32;
-    case ncclUint32: return BRAID_KERNEL_u32;
-    case ncclInt64: return BRAID_KERNEL_i64;
-    case ncclUint64: return BRAID_KERNEL_u64;
-    case ncclFloat16: return BRAID_KERNEL_f16;
-    case ncclFloat32: return BRAID_KERNEL_f32;
-    case ncclFloat64: return BRAID_KERNEL_f64;
-    case ncclBfloat16: return BRAID_KERNEL_bf16;
-    case ncclFloat8e4m3: return BRAID_KERNEL_e4m3;
-    case ncclFloat8e5m2: return BRAID_KERNEL_e5m2;
-    default: return false;
-  }
-}
-
 namespace {
 // The entry points of the datatypes this build compiled (kernel_filter.h).
 struct TypeKernels {

@@ -30,9 +30,6 @@ constexpr bool kernelsRun(DevOp op, DevAlgo algo, int nranks, Protocol proto) {
   return op == DevOp::Sum || algo == DevAlgo::Ring || (algo == DevAlgo::Direct && nranks <= 2);
 }
 
-// False if BRAID_KERNEL_TYPES left `type` out of this build.
-bool collKernelsBuilt(ncclDataType_t type);
-
 // Whether a collective may join a fused launch (several collectives of a
 // group in one kernel): the fused kernels hold sum (and the data movers)
 // over Ring and the one-peer Direct in Simple and LL only, which is what
