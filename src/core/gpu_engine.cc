@@ -134,6 +134,8 @@ class GpuEngineImpl final : public GpuEngine {
   // per process: later windows in it share the mapping).
   Status openPeer(int rank, uint64_t allocBase, const hipIpcMemHandle_t& h, char** out);
   void closePeer(int rank, uint64_t allocBase);
+  // Closes the peers' barrier memory this process opened; forgets every rank's.
+  void closeSyncMappings();
   // Makes the communicator's GPU the calling thread's current one.
   Status useDevice() const;
   // The kernel's algorithm and channel count for a collective.
@@ -351,10 +353,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   for (void* p : retiredStaging_) (void)hipFree(p);
   for (void* p : ringTables_) (void)hipFree(p);
   for (auto& o : opened_) (void)hipIpcCloseMemHandle(o.second.ptr);
-  for (size_t r = 0; r < syncOf_.size(); ++r) {
-    if (syncOf_[r] != nullptr && syncOf_[r] != sync_ && !comm_->sameProcess(static_cast<int>(r)))
-      (void)hipIpcCloseMemHandle(syncOf_[r]);
-  }
+  closeSyncMappings();
   if (sync_ != nullptr) (void)hipFree(sync_);
   if (setup_ != nullptr) (void)hipStreamDestroy(setup_);
   if (abortFlag_ != nullptr) (void)hipHostFree(abortFlag_);
@@ -751,14 +750,18 @@ Status GpuEngineImpl::mapWindow(uint64_t number, void* buff, size_t size, std::v
   }
   if (!why->empty()) unmapWindow(number);
   if (firstWindow && std::find(syncOf_.begin(), syncOf_.end(), nullptr) != syncOf_.end()) {
-    // A later window maps it again; what was opened stays until the engine goes.
-    for (size_t r = 0; r < syncOf_.size(); ++r) {
-      if (syncOf_[r] != nullptr && static_cast<int>(r) != me && !comm_->sameProcess(static_cast<int>(r)))
-        (void)hipIpcCloseMemHandle(syncOf_[r]);
-    }
-    syncOf_.clear();
+    closeSyncMappings();  // a later window maps them again
   }
   return okStatus();
+}
+
+void GpuEngineImpl::closeSyncMappings() {
+  for (size_t r = 0; r < syncOf_.size(); ++r) {
+    const int rank = static_cast<int>(r);
+    if (syncOf_[r] != nullptr && rank != comm_->rank() && !comm_->sameProcess(rank))
+      (void)hipIpcCloseMemHandle(syncOf_[r]);
+  }
+  syncOf_.clear();
 }
 
 void GpuEngineImpl::unmapWindow(uint64_t number) {
@@ -791,13 +794,16 @@ Status GpuEngineImpl::symmetric(const CollArgs& a, const HostPlan& plan) {
   const bool peersRead = a.type != CollType::AllGather, peersWrite = a.type != CollType::ReduceScatter;
   d.key = (peersRead ? (plan.sendWindow * 0x9E3779B97F4A7C15ull) ^ (plan.sendOffset << 1) : 0) ^
           (peersWrite ? (plan.recvWindow * 0xC2B2AE3D27D4EB4Full) ^ (plan.recvOffset << 17) : 0);
-  SymmetricWindows& w = comm_->windows();
+  char* ins[device::kDevMaxSymRanks];
+  char* outs[device::kDevMaxSymRanks];
+  const SymmetricWindows& w = comm_->windows();
+  if (!w.bases(plan.sendWindow, ins) || !w.bases(plan.recvWindow, outs))
+    return internalError(a.name, ": a zero-copy window is not mapped");
   for (int q = 0; q < n; ++q) {
-    char* in = w.base(q, plan.sendWindow);
-    char* out = w.base(q, plan.recvWindow);
-    if (in == nullptr || out == nullptr) return internalError(a.name, ": a zero-copy window is not mapped");
-    d.inputs[q] = in + plan.sendOffset;
-    d.outputs[q] = out + plan.recvOffset;
+    if (ins[q] == nullptr || outs[q] == nullptr)
+      return internalError(a.name, ": a zero-copy window is not mapped");
+    d.inputs[q] = ins[q] + plan.sendOffset;
+    d.outputs[q] = outs[q] + plan.recvOffset;
     d.sync[q] = syncOf_[static_cast<size_t>(q)];
   }
   d.inputs[d.rank] = a.send;

@@ -181,4 +181,14 @@ char* SymmetricWindows::base(int rank, uint64_t window) const {
   return nullptr;
 }
 
+bool SymmetricWindows::bases(uint64_t window, char** out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Window& w : windows_) {
+    if (w.number != window) continue;
+    std::copy(w.bases.begin(), w.bases.end(), out);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace braid

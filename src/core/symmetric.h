@@ -47,6 +47,8 @@ class SymmetricWindows final : public SymWindowMap {
   bool find(const void* p, size_t bytes, uint64_t* window, uint64_t* offset) const;
   bool any() const { return zeroCopy_.load(std::memory_order_relaxed) > 0; }
   char* base(int rank, uint64_t window) const override;
+  // Every rank's base of `window` into out[0 .. nranks) under one lock; false if unknown.
+  bool bases(uint64_t window, char** out) const;
   // Every rank's slot of `channel`, in rank order.
   SymSlot* const* slots(int channel) const { return slots_[static_cast<size_t>(channel)].data(); }
 
