@@ -186,7 +186,8 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     if (gpu) return engine->collective(a, plan);
     if (comm->nranks() > 1) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
-      if (plan.choice.algo == Algo::Direct && !plan.choice.zeroCopy) BRAID_CHECK(comm->ensureDirect());
+      const bool peers = plan.choice.algo == Algo::Direct || plan.choice.algo == Algo::TwoShot;
+      if (peers && !plan.choice.zeroCopy) BRAID_CHECK(comm->ensureDirect());
     }
     // A failed net connector raises plan.cancel, ending the channels' waits at once.
     plan.ringChunkBytes =

@@ -523,6 +523,9 @@ void GpuEngineImpl::plan(const CollArgs& a, const TuneChoice& choice, device::De
   if (comm_->nranks() == 1 || choice.algo == Algo::Direct) {
     *algo = device::DevAlgo::Direct;  // alone: a copy (through PreMulSum's scaling)
     *nch = std::min(*nch, kPeerChannels);
+  } else if (choice.algo == Algo::TwoShot) {
+    *algo = device::DevAlgo::TwoShot;
+    *nch = std::min(*nch, kPeerChannels);
   } else {
     *algo = choice.algo == Algo::Tree ? device::DevAlgo::Tree : device::DevAlgo::Ring;
   }
@@ -623,7 +626,7 @@ Status GpuEngineImpl::collective(const CollArgs& a, const HostPlan& hostPlan) {
   if (!ready(a, choice)) {
     if (groupMustNotBlock()) return groupWouldBlock();
     CaptureTolerant tolerant;
-    if (n > 1 && d.algo == device::DevAlgo::Direct) {
+    if (n > 1 && (d.algo == device::DevAlgo::Direct || d.algo == device::DevAlgo::TwoShot)) {
       BRAID_CHECK(ensurePeers(nch, others_, others_));
     } else if (d.algo == device::DevAlgo::Tree) {
       BRAID_CHECK(ensureTree(nch));

@@ -104,7 +104,8 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
     }
   }
   switch (plan.choice.algo) {
-    case Algo::Direct: {
+    case Algo::Direct:
+    case Algo::TwoShot: {
       PeerConnector sends[kMaxPrimsPeers], recvs[kMaxPrimsPeers];
       int k = 0;
       for (int p = 0; p < n; ++p) {
@@ -113,7 +114,14 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
         recvs[k++] = {&comm->p2pRecv(p)->conn, p};
       }
       HostPrims<T, Op, P> prims(sends, k, recvs, k, ctx, op, /*localPos=*/rank);
-      coll::oneShotAllReduce(prims, in, out, len, prims.maxElems());
+      if (plan.choice.algo == Algo::Direct) {
+        coll::oneShotAllReduce(prims, in, out, len, prims.maxElems());
+      } else {
+        size_t chunk = prims.maxElems();
+        if (P == Protocol::Simple)
+          chunk = std::min(chunk, std::max<size_t>(1, plan.ringChunkBytes / sizeof(T)));
+        coll::twoShotAllReduce(prims, in, out, len, rank, n, chunk);
+      }
       return prims.status();
     }
     case Algo::Tree: {

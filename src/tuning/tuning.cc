@@ -13,8 +13,10 @@ namespace {
 
 // Names NCCL_ALGO accepts: Braid's algorithms first (in Algo order), then
 // NCCL's that Braid does not have.
-const char* const kAlgoNames[] = {"Ring",         "Tree", "Direct",   "CollNetDirect",
+const char* const kAlgoNames[] = {"Ring",         "Tree", "Direct",   "TwoShot", "CollNetDirect",
                                   "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+constexpr int kNumAlgoNames = sizeof(kAlgoNames) / sizeof(kAlgoNames[0]);
+static_assert(kNumAlgoNames <= kNumAlgos + 5, "AlgoFilter holds every name");
 const char* const kProtoNames[] = {"Simple", "LL", "LL128"};
 
 std::string lower(std::string s) {
@@ -102,7 +104,7 @@ Status validateProto(const std::string& text) {
 
 StringParam paramAlgo(
     "ALGO", "",
-    "Algorithms collectives may use: a list (Ring,Tree,Direct), an exclusion (^Tree) or per "
+    "Algorithms collectives may use: a list (Ring,Tree,Direct,TwoShot), an exclusion (^Tree) or per "
     "collective (allreduce:tree;broadcast:ring); empty lets the selector choose",
     {}, &validateAlgo);
 StringParam paramProto("PROTO", "",
@@ -200,6 +202,18 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
         *steps = 1 + 0.15 * (n - 1), *bytes = 1.3 * (n - 1) * b;
       }
       return true;
+    case Algo::TwoShot:
+      // Two exchanges with every peer at once, a ring's bytes. With 2 ranks it is the ring.
+      if (in.coll != CollType::AllReduce || in.nnodes > 1 || in.nranks < 3 || in.nranks > kDirectMaxRanks ||
+          in.fewAlgos) {
+        return false;
+      }
+      *steps = 2, *bytes = 2 * (n - 1) / n * b;
+      // Host: each phase touches every peer's FIFO; past the caches that
+      // costs (2 cores, 8 ranks: 512 KiB in 530-610 us against the ring's
+      // 310-380; 4 ranks at 32 KiB 14-20 us against 18-38).
+      if (!in.gpu) *steps += 0.3 * (n - 1), *bytes *= 1 + 0.1 * (n - 1);
+      return true;
   }
   return false;
 }
@@ -217,9 +231,12 @@ const char* algoDescription(Algo a) {
              "best bandwidth";
     case Algo::Tree:
       return "tree: reduce up then broadcast down; chains inside a node, a double binary tree across nodes";
-    default:
+    case Algo::Direct:
       return "direct (one-shot): every rank sends its input to every peer and reduces all in rank order; "
              "lowest latency, one node, at most 8 ranks";
+    default:
+      return "two-shot: reduce-scatter then all-gather, each one exchange with every peer at once; "
+             "medium sizes, one node, 3 to 8 ranks";
   }
 }
 
@@ -232,7 +249,7 @@ bool algoImplements(Algo a, CollType c) {
 }
 
 Status parseAlgoFilter(const std::string& text, AlgoFilter* out) {
-  return parseFilter(text, kAlgoNames, 8, "algorithm", out);
+  return parseFilter(text, kAlgoNames, kNumAlgoNames, "algorithm", out);
 }
 Status parseProtoFilter(const std::string& text, AlgoFilter* out) {
   return parseFilter(text, kProtoNames, 3, "protocol", out);
@@ -263,6 +280,12 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         if (pi == static_cast<int>(Protocol::LL128) &&
             !(in.gpu && in.ll128 && ai == static_cast<int>(Algo::Ring) && pass == 0 && !protoText.empty()))
           continue;
+        // GPU two-shot: only when NCCL_ALGO is set and allows it. Its
+        // kernel takes 2n-1 block-wide steps (one per peer to scatter and
+        // to gather) where the ring takes 2(n-1): with 4 ranks sharing one
+        // H200 it lost to the ring at every size (docs/gpu.md), and it has
+        // not run on separate GPUs.
+        if (ai == static_cast<int>(Algo::TwoShot) && in.gpu && !(pass == 0 && !algoText.empty())) continue;
         double steps = 0, bytes = 0;
         // Zero-copy (windows): two meetings; each rank moves its share
         // of every rank's buffers (all-gather: its block to n-1 peers).
@@ -280,11 +303,13 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         int nch = 1;
         if (in.gpu) {
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / kGpuBytesPerChannel), minCh, maxCh);
-          // Direct runs over the point-to-point channels. With 2 ranks it
-          // moves a ring's bytes in half the steps: unbounded here, it
-          // would win at every size and then run on half the channels.
-          if (ai == static_cast<int>(Algo::Direct) && !zeroCopy) nch = std::min(nch, kGpuPeerChannels);
-        } else if (ai != static_cast<int>(Algo::Direct) || zeroCopy) {  // windows: one node
+          // Direct and TwoShot run over the point-to-point channels. With 2
+          // ranks Direct moves a ring's bytes in half the steps: unbounded
+          // here, it would win at every size and then run on half the channels.
+          const bool peers = ai == static_cast<int>(Algo::Direct) || ai == static_cast<int>(Algo::TwoShot);
+          if (peers && !zeroCopy) nch = std::min(nch, kGpuPeerChannels);
+        } else if ((ai != static_cast<int>(Algo::Direct) && ai != static_cast<int>(Algo::TwoShot)) ||
+                   zeroCopy) {  // windows: one node
           const double per = in.nnodes > 1 ? kNetBytesPerChannel : kBytesPerChannel;
           nch = std::clamp(static_cast<int>(static_cast<double>(in.bytes) / per), minCh, maxCh);
         }

@@ -33,8 +33,8 @@
 
 namespace braid {
 
-enum class Algo { Ring, Tree, Direct };
-constexpr int kNumAlgos = 3;
+enum class Algo { Ring, Tree, Direct, TwoShot };
+constexpr int kNumAlgos = 4;
 const char* algoName(Algo a);
 const char* algoDescription(Algo a);
 // Whether the algorithm implements the collective at all.
@@ -122,7 +122,7 @@ class ChoiceCache {
 // validators and tests). `allowed[c][x]` says whether collective c may use
 // algorithm (protocol) x.
 struct AlgoFilter {
-  bool allowed[kNumCollTypes][8];
+  bool allowed[kNumCollTypes][kNumAlgos + 5];  // Braid's algorithms, then NCCL's others
 };
 Status parseAlgoFilter(const std::string& text, AlgoFilter* out);
 Status parseProtoFilter(const std::string& text, AlgoFilter* out);

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -173,9 +174,11 @@ TEST(GpuCollSweep, OneProcessPerGpuNullStream) {
 
 // Runs `body` in one forked child (so the GPU runtime starts there) with kEnv
 // and what `g` needs.
-std::string inOneChild(const GpuRanks& g, const std::function<std::string()>& body, double timeoutSec) {
+std::string inOneChild(const GpuRanks& g, const std::function<std::string()>& body, double timeoutSec,
+                       const std::vector<std::string>& extraEnv = {}) {
   std::vector<std::string> env = kEnv;
   for (const std::string& e : g.env()) env.push_back(e);
+  for (const std::string& e : extraEnv) env.push_back(e);
   auto out = runRanks(
       1, [&](int, int) { return body(); }, timeoutSec, env);
   return describeFailures(out);
@@ -381,6 +384,35 @@ TEST(GpuCollGroup, OneThreadDrivesFourRanks) {
   EXPECT_EQ(inOneChild(
                 g, [g] { return driveInGroups(g); }, kQuickTimeoutSec),
             "");
+}
+
+// The two-shot all-reduce (a reduce-scatter and an all-gather, each one
+// exchange with every peer) forced on four ranks driven from one thread, in
+// Simple and LL: groupChecks' all-reduces of 1 to 1M+3 floats take several
+// rounds; the log must show them on TwoShot.
+TEST(GpuCollGroup, TwoShotOnFourRanks) {
+  BRAID_NEED_A_GPU(g0);
+  const GpuRanks g{4, g0.gpus};
+  for (const char* proto : {"Simple", "LL"}) {
+    const ScopedTempDir dir("braid-twoshot-");
+    ASSERT_FALSE(dir.path().empty());
+    const std::string log = dir.path() + "/twoshot.log";
+    auto body = [&g, proto, &log] {
+      std::string err = driveInGroups(g);
+      std::ifstream in(log);
+      int ran = 0;
+      for (std::string line; std::getline(in, line);) {
+        ran += line.find("ncclAllReduce") != std::string::npos &&
+               line.find(strCat(": TwoShot/", proto, ",")) != std::string::npos;
+      }
+      if (err.empty() && ran < 4 * g.ranks) err = strCat("only ", ran, " all-reduces ran TwoShot/", proto);
+      return err;
+    };
+    const std::vector<std::string> env = {"NCCL_ALGO=allreduce:TwoShot", strCat("NCCL_PROTO=", proto),
+                                          "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=COLL",
+                                          "NCCL_DEBUG_FILE=" + log};
+    EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, env), "") << proto;
+  }
 }
 
 // A group of many collectives of several kernels, with a send and a receive

@@ -84,6 +84,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AlgoCase{"RingThreeChannels4", 4, {"NCCL_ALGO=Ring", "NCCL_MIN_NCHANNELS=3"}, true},
                       AlgoCase{"DirectSimple3", 3, {"NCCL_ALGO=Direct", "NCCL_PROTO=Simple"}, false},
                       AlgoCase{"DirectLL5", 5, {"NCCL_ALGO=Direct", "NCCL_PROTO=LL"}, false},
+                      AlgoCase{"TwoShot3", 3, {"NCCL_ALGO=TwoShot", "NCCL_PROTO=Simple"}, true},
+                      AlgoCase{"TwoShotLL4", 4, {"NCCL_ALGO=TwoShot", "NCCL_PROTO=LL"}, false},
+                      AlgoCase{"TwoShot8", 8, {"NCCL_ALGO=TwoShot", "NCCL_PROTO=Simple"}, false},
                       // Streaming stores for every output (normally from 32 MiB): every
                       // step shape writes the user's buffer through them.
                       AlgoCase{"RingStreaming3", 3, {"NCCL_ALGO=Ring", "BRAID_HOST_STREAM_BYTES=1"}, true},

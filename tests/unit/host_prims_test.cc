@@ -139,14 +139,19 @@ TEST(HostPrims, TreeAllReduceChainAndDoubleBinaryTree) {
   treeCase<Protocol::Simple>({0, 0, 1, 1, 2, 2, 3, 3}, 1, 333);  // chains + shifted tree: 3 children
 }
 
-TEST(HostPrims, OneShotIsBitwiseIdenticalOnEveryRankAndInPlace) {
+// The one-shot and the two-shot (sendTo / recvFrom: one connector a step)
+// reduce in rank order, in place, over several rounds with a ragged last.
+TEST(HostPrims, OneShotAndTwoShotAreBitwiseIdenticalOnEveryRankAndInPlace) {
   const int n = 4;
   const size_t count = 33;
   // Values whose float sum depends on the order of the additions.
   auto value = [](int r, size_t i) {
     return (r % 2 == 0 ? 1e8f : 1.0f) * (r == 2 ? -1.0f : 1.0f) + float(i);
   };
-  for (Protocol proto : {Protocol::Simple, Protocol::LL}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const Protocol proto = variant % 2 == 0 ? Protocol::Simple : Protocol::LL;
+    const bool twoShot = variant >= 2;
+    SCOPED_TRACE(twoShot ? "two-shot" : "one-shot");
     Fabric fabric(1024);
     std::vector<std::vector<float>> buf(n, std::vector<float>(count));
     runThreads(n, [&](int r) {
@@ -159,14 +164,20 @@ TEST(HostPrims, OneShotIsBitwiseIdenticalOnEveryRankAndInPlace) {
         recvs[k++] = fabric.recvFrom(r, p);
       }
       float* data = buf[static_cast<size_t>(r)].data();
+      auto run = [&](auto& p, size_t chunk) {
+        if (twoShot) {
+          coll::twoShotAllReduce(p, data, data, count, r, n, chunk);
+        } else {
+          coll::oneShotAllReduce(p, data, data, count, chunk);
+        }
+        EXPECT_TRUE(p.status().ok()) << p.status().message();
+      };
       if (proto == Protocol::LL) {
         HostPrims<float, OpSum, Protocol::LL> p(sends, k, recvs, k, context(), OpSum(), r);
-        coll::oneShotAllReduce(p, data, data, count, p.maxElems());
-        EXPECT_TRUE(p.status().ok()) << p.status().message();
+        run(p, twoShot ? 3 : p.maxElems());
       } else {
         HostPrims<float, OpSum, Protocol::Simple> p(sends, k, recvs, k, context(), OpSum(), r);
-        coll::oneShotAllReduce(p, data, data, count, 5);
-        EXPECT_TRUE(p.status().ok()) << p.status().message();
+        run(p, 5);
       }
     });
     for (size_t i = 0; i < count; ++i) {
@@ -175,6 +186,17 @@ TEST(HostPrims, OneShotIsBitwiseIdenticalOnEveryRankAndInPlace) {
       for (int r = 0; r < n; ++r) ASSERT_EQ(std::memcmp(&buf[static_cast<size_t>(r)][i], &want, 4), 0);
     }
   }
+}
+
+TEST(HostPrims, OneConnectorStepNamesAConnectorThatExists) {
+  Fabric fabric(1024);
+  PeerConnector send = fabric.sendTo(0, 1), recv = fabric.recvFrom(0, 1);
+  HostPrims<float, OpSum> p(&send, 1, &recv, 1, context(), OpSum());
+  float data[4] = {};
+  p.sendTo(1, data, 4);
+  ASSERT_TRUE(p.failed());
+  EXPECT_NE(p.status().message().find("connector 1 of 1 does not exist"), std::string::npos)
+      << p.status().message();
 }
 
 TEST(HostPrims, MismatchedStepsAreAnErrorNotCorruption) {

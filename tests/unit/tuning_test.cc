@@ -74,8 +74,8 @@ TEST(Selector, SmallAllReduceIsDirectLargeIsRingSimple) {
   EXPECT_LE(large.nChannels, 8);
   // Ranks sharing cores: every step costs a context switch, so the one
   // exchange of Direct wins for longer.
-  TuneInput shared = input(CollType::AllReduce, 16384, 4);
-  EXPECT_EQ(selectAlgorithm(shared).algo, Algo::Ring);
+  TuneInput shared = input(CollType::AllReduce, 4096, 4);
+  EXPECT_NE(selectAlgorithm(shared).algo, Algo::Direct);
   shared.cores = 2;
   EXPECT_EQ(selectAlgorithm(shared).algo, Algo::Direct);
   // Too many ranks for one-shot.
@@ -85,6 +85,41 @@ TEST(Selector, SmallAllReduceIsDirectLargeIsRingSimple) {
   // Other collectives: only Ring implements them.
   for (CollType c : {CollType::AllGather, CollType::ReduceScatter, CollType::Broadcast, CollType::Reduce}) {
     EXPECT_EQ(selectAlgorithm(input(c, 8, 4)).algo, Algo::Ring);
+  }
+}
+
+// Medium host all-reduces of 3 to 8 ranks on one node take the two-shot
+// (a ring's bytes in two exchanges); never with 2 ranks (it is the ring
+// there), across nodes, for other collectives, or for the GPU operators
+// whose kernels lack it.
+TEST(Selector, MediumAllReducesOfThreeToEightRanksTakeTwoShot) {
+  for (int nranks : {3, 4, 8}) {
+    TuneInput in = input(CollType::AllReduce, 128 << 10, nranks);
+    in.cores = 2;  // the CI machine
+    EXPECT_EQ(selectAlgorithm(in).algo, Algo::TwoShot) << nranks;
+    in.bytes = 8 << 20;
+    EXPECT_EQ(selectAlgorithm(in).algo, Algo::Ring) << nranks;
+    in.bytes = 8;
+    EXPECT_EQ(selectAlgorithm(in).algo, Algo::Direct) << nranks;
+  }
+  // GPUs: only when NCCL_ALGO asks (docs/gpu.md), on the point-to-point channels.
+  TuneInput gpu = input(CollType::AllReduce, 1 << 20, 4);
+  gpu.gpu = true;
+  gpu.maxChannels = kMaxChannels;
+  EXPECT_NE(selectAlgorithm(gpu).algo, Algo::TwoShot);
+
+  EnvGuard g("NCCL_ALGO", "TwoShot");
+  EXPECT_EQ(selectAlgorithm(gpu).algo, Algo::TwoShot);
+  EXPECT_LE(selectAlgorithm(gpu).nChannels, kGpuPeerChannels);
+  gpu.fewAlgos = true;
+  EXPECT_EQ(selectAlgorithm(gpu).algo, Algo::Ring);
+  EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 8, 3)).algo, Algo::TwoShot);
+  for (const TuneInput& in :
+       {input(CollType::AllReduce, 32 << 10, 2), input(CollType::AllReduce, 32 << 10, 4, 2),
+        input(CollType::AllGather, 32 << 10, 4), input(CollType::AllReduce, 32 << 10, 16)}) {
+    const TuneChoice c = selectAlgorithm(in);
+    EXPECT_NE(c.algo, Algo::TwoShot) << in.nranks << " ranks, " << in.nnodes << " nodes";
+    EXPECT_NE(c.note.find("NCCL_ALGO='TwoShot'"), std::string::npos);
   }
 }
 

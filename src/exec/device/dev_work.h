@@ -53,7 +53,7 @@ struct DevCtx {
   uint64_t timeoutNs = 0;                   // a wait making no progress this long fails
 };
 
-enum class DevAlgo : int32_t { Ring = 0, Tree = 1, Direct = 2 };
+enum class DevAlgo : int32_t { Ring = 0, Tree = 1, Direct = 2, TwoShot = 3 };
 enum class DevColl : int32_t { AllReduce = 0, AllGather = 1, ReduceScatter = 2, Broadcast = 3, Reduce = 4 };
 
 struct DevCollArgs {

@@ -181,6 +181,18 @@ class DevPrims {
   __device__ void copySend(const T* src, T* dst, uint64_t n) {
     step(src, false, false, src == dst ? nullptr : dst, true, n);
   }
+  // One connector only: send `src` on send connector i; receive connector
+  // i's data into `dst`. The others keep their step.
+  __device__ void sendTo(int i, const T* src, uint64_t n) {
+    only_ = i;
+    step(src, true, false, nullptr, true, n);
+    only_ = -1;
+  }
+  __device__ void recvFrom(int i, T* dst, uint64_t n) {
+    only_ = i;
+    step(nullptr, false, true, dst, false, n);
+    only_ = -1;
+  }
 
   // Stores the connectors' steps for the next launch. Called once, at the end.
   __device__ void finish() {
@@ -202,14 +214,15 @@ class DevPrims {
     if (toSend && tid == (NT > 32 ? 32 : 0)) {
 #pragma unroll
       for (int i = 0; i < kSend; ++i) {
-        if (i < nsend_ && !bad) bad = !waitAtLeast(scredit_[i], sstep_[i] + 1 - kConnectorSteps, speer_[i], 1, sstep_[i]);
+        if (sendOn(i) && !bad)
+          bad = !waitAtLeast(scredit_[i], sstep_[i] + 1 - kConnectorSteps, speer_[i], 1, sstep_[i]);
       }
     }
     // Simple: data on every receive connector (LL polls the lines instead).
     if (P == Protocol::Simple && fromRecv && tid == 0) {
 #pragma unroll
       for (int i = 0; i < kRecv; ++i) {
-        if (i < nrecv_ && !bad) bad = !waitAtLeast(rcounter_[i], rstep_[i] + 1, rpeer_[i], 0, rstep_[i]);
+        if (recvOn(i) && !bad) bad = !waitAtLeast(rcounter_[i], rstep_[i] + 1, rpeer_[i], 0, rstep_[i]);
       }
     }
     failed_ = __syncthreads_or(bad);
@@ -233,7 +246,7 @@ class DevPrims {
       if (netSend_) {
 #pragma unroll
         for (int i = 0; i < kSend; ++i) {
-          if (i < nsend_ && ssizes_[i] != nullptr) {
+          if (sendOn(i) && ssizes_[i] != nullptr) {
             ssizes_[i][sstep_[i] % kConnectorSteps] =
                 DevStepWord::make(sstep_[i], P == Protocol::LL, n * sizeof(T));
           }
@@ -244,17 +257,26 @@ class DevPrims {
     if (!failed_ && tid == 0) {
 #pragma unroll
       for (int i = 0; i < kSend; ++i)
-        if (toSend && i < nsend_) storeRelaxed(scounter_[i], sstep_[i] + 1);
+        if (toSend && sendOn(i)) storeRelaxed(scounter_[i], sstep_[i] + 1);
 #pragma unroll
       for (int i = 0; i < kRecv; ++i)
-        if (fromRecv && i < nrecv_) storeRelaxed(rcredit_[i], rstep_[i] + 1);
+        if (fromRecv && recvOn(i)) storeRelaxed(rcredit_[i], rstep_[i] + 1);
     }
 #pragma unroll
     for (int i = 0; i < kSend; ++i)
-      if (toSend && i < nsend_) ++sstep_[i];
+      if (toSend && sendOn(i)) ++sstep_[i];
 #pragma unroll
     for (int i = 0; i < kRecv; ++i)
-      if (fromRecv && i < nrecv_) ++rstep_[i];
+      if (fromRecv && recvOn(i)) ++rstep_[i];
+  }
+
+  // Whether a step uses send (receive) connector i: all of them, or the one
+  // sendTo / recvFrom names.
+  __device__ bool sendOn(int i) const {
+    return i < nsend_ && (only_ < 0 || i == only_);
+  }
+  __device__ bool recvOn(int i) const {
+    return i < nrecv_ && (only_ < 0 || i == only_);
   }
 
   // ---- Simple ----------------------------------------------------------------
@@ -267,7 +289,7 @@ class DevPrims {
     if (fromRecv) {
 #pragma unroll
       for (int i = 0; i < kRecv; ++i) {
-        if (i < nrecv_) {
+        if (recvOn(i)) {
           if (src != nullptr && i == localPos_) in[nin] = src, pre[nin++] = srcPre;
           in[nin] = reinterpret_cast<const T*>(rbuf_[i] + (rstep_[i] % kConnectorSteps) * slotBytes_);
           pre[nin++] = false;
@@ -283,7 +305,8 @@ class DevPrims {
     if (toSend) {
 #pragma unroll
       for (int i = 0; i < kSend; ++i)
-        if (i < nsend_) out[nout++] = reinterpret_cast<T*>(sbuf_[i] + (sstep_[i] % kConnectorSteps) * slotBytes_);
+        if (sendOn(i))
+          out[nout++] = reinterpret_cast<T*>(sbuf_[i] + (sstep_[i] % kConnectorSteps) * slotBytes_);
     }
     if (n == 0 || nout == 0) return;
     reduceCopy<kIn, kOut>(in, pre, nin, out, nout, n);
@@ -427,7 +450,7 @@ class DevPrims {
       if (fromRecv) {
 #pragma unroll
         for (int i = 0; i < kRecv; ++i) {
-          if (i < nrecv_) {
+          if (recvOn(i)) {
             if (src != nullptr && i == localPos_) combine(&acc, &have, loadUnit(src, e0, ne, srcPre));
             Pack8<T> v;
             if (!pollLine(i, line, &v)) return false;
@@ -442,7 +465,7 @@ class DevPrims {
       if (toSend) {
 #pragma unroll
         for (int i = 0; i < kSend; ++i) {
-          if (i < nsend_) {
+          if (sendOn(i)) {
             char* p = sbuf_[i] + (sstep_[i] % kConnectorSteps) * kDevLLSlotBytes + line * 16;
             storeLine(p, acc.raw, static_cast<uint32_t>(sstep_[i] + 1));
           }
@@ -544,7 +567,7 @@ class DevPrims {
       if (fromRecv) {
 #pragma unroll
         for (int i = 0; i < kRecv; ++i) {
-          if (i < nrecv_) {
+          if (recvOn(i)) {
             if (src != nullptr && i == localPos_) takeSrc();
             Pack8<T> v[kPasses][2];
             if (!pollLines128(i, line, nlines, piece, v)) return false;
@@ -563,7 +586,7 @@ class DevPrims {
       if (toSend) {
 #pragma unroll
         for (int i = 0; i < kSend; ++i) {
-          if (i < nsend_) {
+          if (sendOn(i)) {
             char* base = sbuf_[i] + (sstep_[i] % kConnectorSteps) * kDevLL128SlotBytes + piece * 16;
             const uint64_t flag = sstep_[i] + 1;
 #pragma unroll
@@ -604,6 +627,7 @@ class DevPrims {
   }
 
   int nsend_, nrecv_, localPos_;
+  int only_ = -1;  // the one connector of sendTo / recvFrom, else -1
   Op op_;
   DevCtx ctx_;
   int channel_;

@@ -132,21 +132,32 @@ class HostPrims {
   void copySend(const T* src, T* dst, size_t n) {
     step(src, false, false, src == dst ? nullptr : dst, true, n);
   }
+  // One connector only: send `src` on send connector i; receive connector
+  // i's data into `dst`. The others keep their step.
+  void sendTo(int i, const T* src, size_t n) { step(src, true, false, nullptr, true, n, i); }
+  void recvFrom(int i, T* dst, size_t n) { step(nullptr, false, true, dst, false, n, i); }
 
  private:
   // One step: the result of (received inputs, the local input `src`) goes
-  // to `dst` and, with `toSend`, to every send connector.
-  void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, size_t n) {
+  // to `dst` and, with `toSend`, to every send connector; `only` >= 0
+  // limits the step to that send or receive connector.
+  void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, size_t n, int only = -1) {
     if (failed()) return;
     if (n > maxElems()) {
       status_ = internalError("a step of ", n, " elements exceeds the ", maxElems(), " a slot holds");
       return;
     }
+    if (only >= (fromRecv ? nrecv_ : nsend_)) {
+      status_ = internalError("connector ", only, " of ", fromRecv ? nrecv_ : nsend_, " does not exist");
+      return;
+    }
+    const int r0 = only < 0 ? 0 : only, r1 = only < 0 ? nrecv_ : only + 1;
+    const int s0 = only < 0 ? 0 : only, s1 = only < 0 ? nsend_ : only + 1;
     const T* in[kMaxPrimsPeers + 1];
     bool pre[kMaxPrimsPeers + 1];
     int nin = 0;
     if (fromRecv) {
-      for (int i = 0; i < nrecv_; ++i) {
+      for (int i = r0; i < r1; ++i) {
         if (src != nullptr && i == localPos_) in[nin] = src, pre[nin++] = srcPre;
         if ((in[nin] = acquireRecv(i, n)) == nullptr) return;
         pre[nin++] = false;
@@ -157,9 +168,9 @@ class HostPrims {
       pre[nin++] = srcPre;
     }
     T* out[kMaxPrimsPeers];
-    int nout = toSend ? nsend_ : 0;
-    for (int i = 0; i < nout; ++i) {
-      if ((out[i] = acquireSend(i)) == nullptr) return;
+    const int nout = toSend ? s1 - s0 : 0;
+    for (int k = 0; k < nout; ++k) {
+      if ((out[k] = acquireSend(s0 + k)) == nullptr) return;
     }
     // Reduce into one destination, then copy to the others. (Writing the
     // user's buffer and a slot in the same loop measured 5x slower on the CI
@@ -175,12 +186,12 @@ class HostPrims {
       }
     }
     if (stream && target != dst) streamElems(dst, target, n);
-    for (int i = 0; i < nout; ++i) {
-      if (out[i] != target && n > 0) copyElems(out[i], target, n);
-      postSend(i, out[i], n);
+    for (int k = 0; k < nout; ++k) {
+      if (out[k] != target && n > 0) copyElems(out[k], target, n);
+      postSend(s0 + k, out[k], n);
     }
     if (fromRecv) {
-      for (int i = 0; i < nrecv_; ++i) releaseRecv(i);
+      for (int i = r0; i < r1; ++i) releaseRecv(i);
     }
   }
 
