@@ -25,32 +25,38 @@ BRAID_HOST_DEVICE void oneShotAllReduce(Prims& p, const T* in, T* out, size_t co
   }
 }
 
+// Most peers of a direct algorithm (both engines' primitives hold this many).
+constexpr int kDirectMaxPeers = 8;
+
 // Two-shot all-reduce for medium sizes: a reduce-scatter and an
-// all-gather, each one exchange with every peer at once (2 steps where a
-// ring takes 2(n-1), moving the same bytes). Per round, rank r sends block
-// p of its input to rank p (sendTo), reduces block r from every rank in
-// rank order into its output and sends the result to every peer, then
-// receives every other block's result (recvFrom). Blocks are split like the
-// ring's, so rounds carry at most `chunk` elements per connector.
+// all-gather, each one exchange with every peer at once (a ring's bytes in
+// 2 steps instead of 2(n-1)). Per round, rank r sends block p of its input
+// to rank p (sendEach), reduces block r from every rank in rank order into
+// its output and sends the result to every peer, then receives every other
+// block's result (recvEach). Blocks are split like the ring's, so rounds
+// carry at most `chunk` elements per connector. At most kDirectMaxPeers + 1
+// ranks.
 template <typename Prims, typename T>
 BRAID_HOST_DEVICE void twoShotAllReduce(Prims& p, const T* in, T* out, size_t count, int rank, int n,
                                         size_t chunk) {
-  auto connector = [rank](int peer) { return peer < rank ? peer : peer - 1; };
+  const T* blockIn[kDirectMaxPeers];
+  T* blockOut[kDirectMaxPeers];
+  size_t blockLen[kDirectMaxPeers];
   for (size_t base = 0; base < count; base += chunk * static_cast<size_t>(n)) {
     const size_t align = sizeof(T) < 16 && chunk % (16 / sizeof(T)) == 0 ? 16 / sizeof(T) : 1;
     size_t per = (count - base + n - 1) / static_cast<size_t>(n);
     per = std::min(chunk, (per + align - 1) / align * align);
     auto offset = [&](int b) { return std::min(count, base + static_cast<size_t>(b) * per); };
     auto length = [&](int b) { return std::min(count, offset(b) + per) - offset(b); };
-    for (int s = 1; s < n; ++s) {
-      const int peer = (rank + s) % n;
-      p.sendTo(connector(peer), in + offset(peer), length(peer));
+    for (int i = 0; i < n - 1 && i < kDirectMaxPeers; ++i) {
+      const int peer = i < rank ? i : i + 1;  // connector i's rank
+      blockIn[i] = in + offset(peer);
+      blockOut[i] = out + offset(peer);
+      blockLen[i] = length(peer);
     }
+    p.sendEach(blockIn, blockLen);
     p.recvReduceCopySend(in + offset(rank), out + offset(rank), length(rank));
-    for (int s = 1; s < n; ++s) {
-      const int peer = (rank + n - s) % n;
-      p.recvFrom(connector(peer), out + offset(peer), length(peer));
-    }
+    p.recvEach(blockOut, blockLen);
   }
 }
 

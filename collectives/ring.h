@@ -7,8 +7,8 @@
 //   recvReduceCopy(src, dst, n)              dst = op(received, src)
 //   recvCopySend(dst, n)                     dst = received; send it
 //   copySend(src, dst, n)                    dst = src; send src
-//   sendTo(i, src, n) / recvFrom(i, dst, n)  send connector i only / receive connector i only
-//                                            (direct algorithms, collectives/direct.h)
+//   sendEach(srcs, ns) / recvEach(dsts, ns)  connector i sends srcs[i] / receives into dsts[i],
+//                                            ns[i] elements each (direct algorithms)
 //
 // `rank` is the position in the ring (the next position receives from us),
 // which need not be the rank in the communicator: rings follow the topology.

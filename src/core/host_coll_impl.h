@@ -21,6 +21,8 @@
 namespace braid {
 namespace host_coll {
 
+static_assert(coll::kDirectMaxPeers == kMaxPrimsPeers, "the direct algorithms' peers fit the primitives");
+
 // Tree all-reduce steps (Simple).
 constexpr size_t kTreeChunkBytes = 128 * 1024;
 // A zero-copy collective moves this much at a time, so what goes to several

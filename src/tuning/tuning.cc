@@ -280,11 +280,9 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         if (pi == static_cast<int>(Protocol::LL128) &&
             !(in.gpu && in.ll128 && ai == static_cast<int>(Algo::Ring) && pass == 0 && !protoText.empty()))
           continue;
-        // GPU two-shot: only when NCCL_ALGO is set and allows it. Its
-        // kernel takes 2n-1 block-wide steps (one per peer to scatter and
-        // to gather) where the ring takes 2(n-1): with 4 ranks sharing one
-        // H200 it lost to the ring at every size (docs/gpu.md), and it has
-        // not run on separate GPUs.
+        // GPU two-shot: only when NCCL_ALGO is set and allows it. With 4
+        // ranks sharing one H200 it lost to the ring at every size
+        // (docs/gpu.md), and it has not run on separate GPUs.
         if (ai == static_cast<int>(Algo::TwoShot) && in.gpu && !(pass == 0 && !algoText.empty())) continue;
         double steps = 0, bytes = 0;
         // Zero-copy (windows): two meetings; each rank moves its share

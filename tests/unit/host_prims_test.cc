@@ -139,7 +139,7 @@ TEST(HostPrims, TreeAllReduceChainAndDoubleBinaryTree) {
   treeCase<Protocol::Simple>({0, 0, 1, 1, 2, 2, 3, 3}, 1, 333);  // chains + shifted tree: 3 children
 }
 
-// The one-shot and the two-shot (sendTo / recvFrom: one connector a step)
+// The one-shot and the two-shot (sendEach / recvEach: each connector its own block)
 // reduce in rank order, in place, over several rounds with a ragged last.
 TEST(HostPrims, OneShotAndTwoShotAreBitwiseIdenticalOnEveryRankAndInPlace) {
   const int n = 4;
@@ -186,17 +186,6 @@ TEST(HostPrims, OneShotAndTwoShotAreBitwiseIdenticalOnEveryRankAndInPlace) {
       for (int r = 0; r < n; ++r) ASSERT_EQ(std::memcmp(&buf[static_cast<size_t>(r)][i], &want, 4), 0);
     }
   }
-}
-
-TEST(HostPrims, OneConnectorStepNamesAConnectorThatExists) {
-  Fabric fabric(1024);
-  PeerConnector send = fabric.sendTo(0, 1), recv = fabric.recvFrom(0, 1);
-  HostPrims<float, OpSum> p(&send, 1, &recv, 1, context(), OpSum());
-  float data[4] = {};
-  p.sendTo(1, data, 4);
-  ASSERT_TRUE(p.failed());
-  EXPECT_NE(p.status().message().find("connector 1 of 1 does not exist"), std::string::npos)
-      << p.status().message();
 }
 
 TEST(HostPrims, MismatchedStepsAreAnErrorNotCorruption) {

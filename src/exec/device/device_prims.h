@@ -181,17 +181,15 @@ class DevPrims {
   __device__ void copySend(const T* src, T* dst, uint64_t n) {
     step(src, false, false, src == dst ? nullptr : dst, true, n);
   }
-  // One connector only: send `src` on send connector i; receive connector
-  // i's data into `dst`. The others keep their step.
-  __device__ void sendTo(int i, const T* src, uint64_t n) {
-    only_ = i;
-    step(src, true, false, nullptr, true, n);
-    only_ = -1;
+  // One step on every send (receive) connector at once, each with its own
+  // data: connector i sends srcs[i][0, ns[i]) (through Op::pre, as send
+  // does) / receives ns[i] elements into dsts[i]. One wait and one post
+  // for all of them, as the other verbs make.
+  __device__ void sendEach(const T* const* srcs, const size_t* ns) {
+    stepEach(srcs, nullptr, ns);
   }
-  __device__ void recvFrom(int i, T* dst, uint64_t n) {
-    only_ = i;
-    step(nullptr, false, true, dst, false, n);
-    only_ = -1;
+  __device__ void recvEach(T* const* dsts, const size_t* ns) {
+    stepEach(nullptr, dsts, ns);
   }
 
   // Stores the connectors' steps for the next launch. Called once, at the end.
@@ -207,10 +205,35 @@ class DevPrims {
 
  private:
   __device__ void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
-    if (failed_) return;
+    if (!begin(fromRecv, toSend)) return;
+    const bool ok = move(src, srcPre, fromRecv, dst, toSend, n);
+    end(fromRecv, toSend, !ok, [n](int) { return n; });
+  }
+
+  __device__ void stepEach(const T* const* srcs, T* const* dsts, const size_t* ns) {
+    const bool toSend = srcs != nullptr;
+    if (!begin(!toSend, toSend)) return;
+    bool bad = false;
+    // Every thread moves every connector's data (no early exit: LL128's
+    // warps move lines together); a failed poll has raised the block's flag.
+#pragma unroll 1
+    for (int i = 0; i < (toSend ? nsend_ : nrecv_); ++i) {
+      only_ = i;
+      const bool ok = toSend ? move(srcs[i], true, false, nullptr, true, ns[i])
+                             : move(nullptr, false, true, dsts[i], false, ns[i]);
+      bad = bad || !ok;
+    }
+    only_ = -1;
+    end(!toSend, toSend, bad, [ns](int i) { return static_cast<uint64_t>(ns[i]); });
+  }
+
+  // A step's waits: a free slot on every send connector it uses and (Simple)
+  // data on every receive connector (LL polls the lines instead). False if
+  // the block has failed.
+  __device__ __forceinline__ bool begin(bool fromRecv, bool toSend) {
+    if (failed_) return false;
     const int tid = threadIdx.x;
     bool bad = *sFail_ != 0;
-    // Credits: a free slot on every send connector.
     if (toSend && tid == (NT > 32 ? 32 : 0)) {
 #pragma unroll
       for (int i = 0; i < kSend; ++i) {
@@ -218,7 +241,6 @@ class DevPrims {
           bad = !waitAtLeast(scredit_[i], sstep_[i] + 1 - kConnectorSteps, speer_[i], 1, sstep_[i]);
       }
     }
-    // Simple: data on every receive connector (LL polls the lines instead).
     if (P == Protocol::Simple && fromRecv && tid == 0) {
 #pragma unroll
       for (int i = 0; i < kRecv; ++i) {
@@ -226,17 +248,26 @@ class DevPrims {
       }
     }
     failed_ = __syncthreads_or(bad);
-    if (failed_) return;
+    return !failed_;
+  }
+
+  __device__ __forceinline__ bool move(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend,
+                                       uint64_t n) {
     if constexpr (P == Protocol::Simple) {
       moveSimple(src, srcPre, fromRecv, dst, toSend, n);
-      failed_ = __syncthreads_or(0);
+      return true;
     } else if constexpr (P == Protocol::LL128) {
-      bad = !moveLL128(src, srcPre, fromRecv, dst, toSend, n);
-      failed_ = __syncthreads_or(bad);
+      return moveLL128(src, srcPre, fromRecv, dst, toSend, n);
     } else {
-      bad = !moveLL(src, srcPre, fromRecv, dst, toSend, n);
-      failed_ = __syncthreads_or(bad);
+      return moveLL(src, srcPre, fromRecv, dst, toSend, n);
     }
+  }
+
+  // A step's end: countOf(i) elements went to send connector i.
+  template <typename Count>
+  __device__ __forceinline__ void end(bool fromRecv, bool toSend, bool bad, Count countOf) {
+    const int tid = threadIdx.x;
+    failed_ = __syncthreads_or(bad);
     // The block's stores happen before the barrier; the posting thread's
     // system-scope fence then orders them all before tail (as NCCL's
     // postPeer does), so one thread fences instead of every thread. LL
@@ -248,7 +279,7 @@ class DevPrims {
         for (int i = 0; i < kSend; ++i) {
           if (sendOn(i) && ssizes_[i] != nullptr) {
             ssizes_[i][sstep_[i] % kConnectorSteps] =
-                DevStepWord::make(sstep_[i], P == Protocol::LL, n * sizeof(T));
+                DevStepWord::make(sstep_[i], P == Protocol::LL, countOf(i) * sizeof(T));
           }
         }
       }
@@ -270,13 +301,14 @@ class DevPrims {
       if (fromRecv && recvOn(i)) ++rstep_[i];
   }
 
-  // Whether a step uses send (receive) connector i: all of them, or the one
-  // sendTo / recvFrom names.
+  // Whether a step uses send (receive) connector i: all of them, or while
+  // stepEach moves one connector's data, that one (never with one
+  // connector: rings and the 2-rank one-shot do not look at only_).
   __device__ bool sendOn(int i) const {
-    return i < nsend_ && (only_ < 0 || i == only_);
+    return i < nsend_ && (kSend == 1 || only_ < 0 || i == only_);
   }
   __device__ bool recvOn(int i) const {
-    return i < nrecv_ && (only_ < 0 || i == only_);
+    return i < nrecv_ && (kRecv == 1 || only_ < 0 || i == only_);
   }
 
   // ---- Simple ----------------------------------------------------------------
@@ -627,7 +659,7 @@ class DevPrims {
   }
 
   int nsend_, nrecv_, localPos_;
-  int only_ = -1;  // the one connector of sendTo / recvFrom, else -1
+  int only_ = -1;  // the connector stepEach is moving, else -1
   Op op_;
   DevCtx ctx_;
   int channel_;

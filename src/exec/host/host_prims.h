@@ -132,23 +132,24 @@ class HostPrims {
   void copySend(const T* src, T* dst, size_t n) {
     step(src, false, false, src == dst ? nullptr : dst, true, n);
   }
-  // One connector only: send `src` on send connector i; receive connector
-  // i's data into `dst`. The others keep their step.
-  void sendTo(int i, const T* src, size_t n) { step(src, true, false, nullptr, true, n, i); }
-  void recvFrom(int i, T* dst, size_t n) { step(nullptr, false, true, dst, false, n, i); }
+  // One step on every send (receive) connector, each with its own data:
+  // connector i sends srcs[i][0, ns[i]) (through Op::pre, as send does) /
+  // receives ns[i] elements into dsts[i].
+  void sendEach(const T* const* srcs, const size_t* ns) {
+    for (int i = 0; i < nsend_; ++i) step(srcs[i], true, false, nullptr, true, ns[i], i);
+  }
+  void recvEach(T* const* dsts, const size_t* ns) {
+    for (int i = 0; i < nrecv_; ++i) step(nullptr, false, true, dsts[i], false, ns[i], i);
+  }
 
  private:
   // One step: the result of (received inputs, the local input `src`) goes
   // to `dst` and, with `toSend`, to every send connector; `only` >= 0
-  // limits the step to that send or receive connector.
+  // limits the step to that send or receive connector (sendEach, recvEach).
   void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, size_t n, int only = -1) {
     if (failed()) return;
     if (n > maxElems()) {
       status_ = internalError("a step of ", n, " elements exceeds the ", maxElems(), " a slot holds");
-      return;
-    }
-    if (only >= (fromRecv ? nrecv_ : nsend_)) {
-      status_ = internalError("connector ", only, " of ", fromRecv ? nrecv_ : nsend_, " does not exist");
       return;
     }
     const int r0 = only < 0 ? 0 : only, r1 = only < 0 ? nrecv_ : only + 1;
