@@ -1,5 +1,7 @@
-// Collectives and point-to-point. Arguments are validated here; the
-// collective engine is not built yet, so valid calls report that.
+// Collectives and point-to-point: arguments are validated here, then the
+// call goes to the enqueue layer (core/enqueue.h, core/p2p.h).
+#include <cstdint>
+
 #include "api/api.h"
 #include "braid.h"
 #include "core/enqueue.h"
@@ -21,6 +23,56 @@ Status checkData(CommUse* use, ncclComm_t comm, const void* send, const char* se
   if (count > 0) {
     BRAID_CHECK(api::checkNotNull(send, sendName));
     BRAID_CHECK(api::checkNotNull(recv, recvName));
+  }
+  return okStatus();
+}
+
+// The buffers one rank's call touches: `sendBlocks` blocks of `count`
+// elements from `send`, `recvBlocks` into `recv` (0: that buffer is not
+// touched on this rank). Their sizes must fit an address space, and the two
+// must not overlap unless the send buffer starts exactly `inPlaceBlocks`
+// blocks into the receive buffer (negative: the receive buffer that far into
+// the send buffer), the collective's in-place form; any other overlap would
+// read data the same call overwrites.
+Status checkBuffers(size_t count, int type, const void* send, int sendBlocks, const void* recv,
+                    int recvBlocks, int inPlaceBlocks) {
+  if (count == 0) return okStatus();
+  const size_t es = datatypeSize(static_cast<ncclDataType_t>(type));
+  const size_t blocks = static_cast<size_t>(std::max(sendBlocks, recvBlocks));
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / std::max<size_t>(blocks, 1)) {
+    return invalidArgument("argument 'count' is ", count, ": ",
+                           blocks > 1 ? strCat(blocks, " blocks (one per rank) of ") : std::string(), count,
+                           " elements of ", es, " bytes do not fit an address space");
+  }
+  const size_t block = count * es, sendBytes = sendBlocks * block, recvBytes = recvBlocks * block;
+  const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  if (sendBytes > 0 && s + sendBytes < s) {
+    return invalidArgument("argument 'sendbuff' (", send, ") plus ", sendBytes,
+                           " bytes wraps the address space");
+  }
+  if (recvBytes > 0 && r + recvBytes < r) {
+    return invalidArgument("argument 'recvbuff' (", recv, ") plus ", recvBytes,
+                           " bytes wraps the address space");
+  }
+  if (sendBytes == 0 || recvBytes == 0 || s + sendBytes <= r || r + recvBytes <= s) return okStatus();
+  const ptrdiff_t inPlace = static_cast<ptrdiff_t>(inPlaceBlocks) * static_cast<ptrdiff_t>(block);
+  if (static_cast<ptrdiff_t>(s - r) == inPlace) return okStatus();
+  return invalidArgument("arguments 'sendbuff' (", send, ", ", sendBytes, " bytes) and 'recvbuff' (", recv,
+                         ", ", recvBytes, " bytes) overlap but are not this call's in-place form (",
+                         inPlace == 0  ? std::string("sendbuff == recvbuff")
+                         : inPlace > 0 ? strCat("sendbuff == recvbuff + ", inPlace, " bytes")
+                                       : strCat("recvbuff == sendbuff + ", -inPlace, " bytes"),
+                         "); pass that or disjoint buffers");
+}
+
+// Element `displ` to `displ + count` of a buffer (all-to-allv's block for
+// peer p) must fit an address space.
+Status checkExtent(const char* countsName, const char* displsName, int p, size_t count, size_t displ,
+                   int type) {
+  const size_t maxElems = static_cast<size_t>(PTRDIFF_MAX) / datatypeSize(static_cast<ncclDataType_t>(type));
+  if (count > 0 && (displ > maxElems || count > maxElems - displ)) {
+    return invalidArgument("arguments '", countsName, "[", p, "]' (", count, ") and '", displsName, "[", p,
+                           "]' (", displ, ") reach past what an address space holds");
   }
   return okStatus();
 }
@@ -47,6 +99,7 @@ BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, siz
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), sendbuff, 1, recvbuff, 1, 0));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return enqueueCollective(c, {CollType::AllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0, stream});
   }, comm);
@@ -61,6 +114,8 @@ BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     BRAID_CHECK(checkRoot(root));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
+    BRAID_CHECK(
+        checkBuffers(count, api::rawEnum(datatype), sendbuff, 1, recvbuff, c->rank() == root ? 1 : 0, 0));
     return enqueueCollective(c, {CollType::Reduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root, stream});
   }, comm);
 }
@@ -73,6 +128,8 @@ BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, siz
     BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
+    BRAID_CHECK(
+        checkBuffers(count, api::rawEnum(datatype), sendbuff, c->rank() == root ? 1 : 0, recvbuff, 1, 0));
     return enqueueCollective(c, {CollType::Broadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, stream});
   }, comm);
 }
@@ -83,6 +140,7 @@ BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t data
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, buff, "buff", buff, "buff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), buff, 1, buff, 1, 0));
     BRAID_CHECK(checkRoot(root));
     return enqueueCollective(c, {CollType::Broadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root, stream});
   }, comm);
@@ -94,6 +152,8 @@ BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", recvcount, api::rawEnum(datatype), &c));
+    BRAID_CHECK(
+        checkBuffers(recvcount, api::rawEnum(datatype), sendbuff, c->nranks(), recvbuff, 1, -c->rank()));
     BRAID_CHECK(api::checkRedOp(api::rawEnum(op)));
     return enqueueCollective(
         c, {CollType::ReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, 0, stream});
@@ -106,6 +166,8 @@ BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, siz
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", sendcount, api::rawEnum(datatype), &c));
+    BRAID_CHECK(
+        checkBuffers(sendcount, api::rawEnum(datatype), sendbuff, 1, recvbuff, c->nranks(), c->rank()));
     return enqueueCollective(c, {CollType::AllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream});
   }, comm);
 }
@@ -116,6 +178,7 @@ BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), sendbuff, c->nranks(), recvbuff, c->nranks(), 0));
     return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype, stream);
   }, comm);
 }
@@ -126,6 +189,7 @@ BRAID_API(ncclResult_t, ncclAllToAll, const void* sendbuff, void* recvbuff, size
     CommUse use;  // held while the operation runs
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), sendbuff, c->nranks(), recvbuff, c->nranks(), 0));
     return enqueueAllToAll(c, sendbuff, recvbuff, count, datatype, stream);
   }, comm);
 }
@@ -145,6 +209,8 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
     for (int p = 0; p < c->nranks(); ++p) {
       if (sendcounts[p] > 0) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));
       if (recvcounts[p] > 0) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));
+      BRAID_CHECK(checkExtent("sendcounts", "sdispls", p, sendcounts[p], sdispls[p], api::rawEnum(datatype)));
+      BRAID_CHECK(checkExtent("recvcounts", "rdispls", p, recvcounts[p], rdispls[p], api::rawEnum(datatype)));
     }
     return enqueueAllToAllv(c, sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, stream);
   }, comm);
@@ -158,6 +224,8 @@ BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root, c));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(recvbuff, "recvbuff"));  // root only
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), sendbuff, 1, recvbuff,
+                             c->rank() == root ? c->nranks() : 0, root));
     return enqueueGather(c, sendbuff, recvbuff, count, datatype, root, stream);
   }, comm);
 }
@@ -170,6 +238,8 @@ BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_
     BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkRoot(root, c));
     if (count > 0 && c->rank() == root) BRAID_CHECK(api::checkNotNull(sendbuff, "sendbuff"));  // root only
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), sendbuff, c->rank() == root ? c->nranks() : 0,
+                             recvbuff, 1, -root));
     return enqueueScatter(c, sendbuff, recvbuff, count, datatype, root, stream);
   }, comm);
 }
@@ -181,6 +251,7 @@ BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTy
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, sendbuff, "sendbuff", sendbuff, "sendbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkPeer(peer, c));
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), sendbuff, 1, nullptr, 0, 0));
     return enqueueP2p(c, {{true, peer, sendbuff, nullptr, count * datatypeSize(datatype), nullptr, stream}});
   }, comm);
 }
@@ -192,6 +263,7 @@ BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t d
     Communicator* c = nullptr;
     BRAID_CHECK(checkData(&use, comm, recvbuff, "recvbuff", recvbuff, "recvbuff", count, api::rawEnum(datatype), &c));
     BRAID_CHECK(checkPeer(peer, c));
+    BRAID_CHECK(checkBuffers(count, api::rawEnum(datatype), nullptr, 0, recvbuff, 1, 0));
     return enqueueP2p(c, {{false, peer, nullptr, recvbuff, count * datatypeSize(datatype), nullptr, stream}});
   }, comm);
 }

@@ -3,6 +3,7 @@
 // naming the argument.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -72,7 +73,8 @@ TEST(Api, BadInputTable) {
   const std::vector<Case> cases = {
       {"GetVersion NULL", [&] { return ncclGetVersion(nullptr); }, ncclInvalidArgument, "version"},
       {"GetUniqueId NULL", [&] { return ncclGetUniqueId(nullptr); }, ncclInvalidArgument, "uniqueId"},
-      {"InitRank NULL comm", [&] { return ncclCommInitRank(nullptr, 2, id, 0); }, ncclInvalidArgument, "comm"},
+      {"InitRank NULL comm", [&] { return ncclCommInitRank(nullptr, 2, id, 0); }, ncclInvalidArgument,
+       "comm"},
       {"InitRank nranks 0", [&] { return ncclCommInitRank(&comm, 0, id, 0); }, ncclInvalidArgument, "nranks"},
       {"InitRank rank high", [&] { return ncclCommInitRank(&comm, 2, id, 2); }, ncclInvalidArgument, "rank"},
       {"InitRank rank neg", [&] { return ncclCommInitRank(&comm, 2, id, -1); }, ncclInvalidArgument, "rank"},
@@ -83,33 +85,43 @@ TEST(Api, BadInputTable) {
       {"InitConfig blocking", [&] { return ncclCommInitRankConfig(&comm, 2, id, 0, &badBlocking); },
        ncclInvalidArgument, "blocking"},
       {"InitAll ndev 0", [&] { return ncclCommInitAll(&comm, 0, nullptr); }, ncclInvalidArgument, "ndev"},
-      {"InitAll duplicate dev", [&] { return ncclCommInitAll(&comm, 2, devs); }, ncclInvalidArgument, "devlist"},
+      {"InitAll duplicate dev", [&] { return ncclCommInitAll(&comm, 2, devs); }, ncclInvalidArgument,
+       "devlist"},
       {"Scalable nId 0", [&] { return ncclCommInitRankScalable(&comm, 2, 0, 0, &id, nullptr); },
        ncclInvalidArgument, "nId"},
-      {"Destroy made-up handle", [&] { return ncclCommDestroy(fakeComm()); }, ncclInvalidArgument, "not a live"},
+      {"Destroy made-up handle", [&] { return ncclCommDestroy(fakeComm()); }, ncclInvalidArgument,
+       "not a live"},
       {"Destroy twice", [&] { return ncclCommDestroy(destroyed); }, ncclInvalidArgument, "not a live"},
-      {"Count destroyed", [&] { int n; return ncclCommCount(destroyed, &n); }, ncclInvalidArgument, "not a live"},
-      {"AllReduce destroyed", [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, destroyed, nullptr); },
+      {"Count destroyed",
+       [&] {
+         int n;
+         return ncclCommCount(destroyed, &n);
+       },
+       ncclInvalidArgument, "not a live"},
+      {"AllReduce destroyed",
+       [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, destroyed, nullptr); },
        ncclInvalidArgument, "not a live"},
       {"Count NULL out", [&] { return ncclCommCount(liveComm(), nullptr); }, ncclInvalidArgument, "count"},
       {"Split bad color", [&] { return ncclCommSplit(liveComm(), -5, 0, &comm, nullptr); },
        ncclInvalidArgument, "color"},
       {"Split bad config", [&] { return ncclCommSplit(liveComm(), 0, 0, &comm, &badMagic); },
        ncclInvalidArgument, "magic"},
-      {"Init bad unique id", [&] {
+      {"Init bad unique id",
+       [&] {
          ncclUniqueId garbage;
          std::memset(&garbage, 0x5a, sizeof(garbage));
          return ncclCommInitRank(&comm, 1, garbage, 0);
-       }, ncclInvalidArgument, "unique id"},
-      {"AllReduce NULL comm", [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr); },
-       ncclInvalidArgument, "comm"},
-      {"AllReduce bad type",
-       [&] { return allReduceRaw()(buf, buf, 4, 12, ncclSum, liveComm(), nullptr); },
+       },
+       ncclInvalidArgument, "unique id"},
+      {"AllReduce NULL comm",
+       [&] { return ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr); }, ncclInvalidArgument,
+       "comm"},
+      {"AllReduce bad type", [&] { return allReduceRaw()(buf, buf, 4, 12, ncclSum, liveComm(), nullptr); },
        ncclInvalidArgument, "datatype"},
-      {"AllReduce bad op",
-       [&] { return allReduceRaw()(buf, buf, 4, ncclFloat, -1, liveComm(), nullptr); },
+      {"AllReduce bad op", [&] { return allReduceRaw()(buf, buf, 4, ncclFloat, -1, liveComm(), nullptr); },
        ncclInvalidArgument, "op"},
-      {"AllReduce NULL send", [&] { return ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, liveComm(), nullptr); },
+      {"AllReduce NULL send",
+       [&] { return ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, liveComm(), nullptr); },
        ncclInvalidArgument, "sendbuff"},
       {"AllGather NULL recv", [&] { return ncclAllGather(buf, nullptr, 1, ncclFloat, liveComm(), nullptr); },
        ncclInvalidArgument, "recvbuff"},
@@ -117,8 +129,39 @@ TEST(Api, BadInputTable) {
        ncclInvalidArgument, "root"},
       {"Send bad peer", [&] { return ncclSend(buf, 1, ncclFloat, -3, liveComm(), nullptr); },
        ncclInvalidArgument, "peer"},
+      {"AllReduce count past the address space",
+       [&] { return ncclAllReduce(buf, buf, SIZE_MAX / 2, ncclFloat, ncclSum, liveComm(), nullptr); },
+       ncclInvalidArgument, "argument 'count'"},
+      {"Send count past the address space",
+       [&] { return ncclSend(buf, SIZE_MAX / 8 + 1, ncclDouble, 0, liveComm(), nullptr); },
+       ncclInvalidArgument, "argument 'count'"},
+      {"Recv buffer wraps the address space",
+       [&] {
+         return ncclRecv(reinterpret_cast<void*>(UINTPTR_MAX - 15), 8, ncclFloat, 0, liveComm(), nullptr);
+       },
+       ncclInvalidArgument, "wraps"},
+      {"AllReduce buffers overlap by an element",
+       [&] { return ncclAllReduce(buf, buf + 1, 2, ncclFloat, ncclSum, liveComm(), nullptr); },
+       ncclInvalidArgument, "overlap"},
+      {"AllGather send overlaps recv off its slot",
+       [&] { return ncclAllGather(buf + 1, buf, 2, ncclFloat, liveComm(), nullptr); }, ncclInvalidArgument,
+       "sendbuff == recvbuff"},
+      {"ReduceScatter recv overlaps send off its slot",
+       [&] { return ncclReduceScatter(buf, buf + 1, 2, ncclFloat, ncclSum, liveComm(), nullptr); },
+       ncclInvalidArgument, "overlap"},
+      {"Broadcast root buffers overlap",
+       [&] { return ncclBroadcast(buf + 3, buf, 4, ncclFloat, 0, liveComm(), nullptr); }, ncclInvalidArgument,
+       "overlap"},
+      {"AllToAllv displacement past the address space",
+       [&] {
+         const size_t counts[1] = {1}, zero[1] = {0}, far[1] = {SIZE_MAX - 1};
+         return ncclAllToAllv(buf, counts, far, buf + 2, counts, zero, ncclFloat, liveComm(), nullptr);
+       },
+       ncclInvalidArgument, "sdispls[0]"},
       {"AllToAllv NULL counts",
-       [&] { return ncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, ncclFloat, liveComm(), nullptr); },
+       [&] {
+         return ncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, ncclFloat, liveComm(), nullptr);
+       },
        ncclInvalidArgument, "sendcounts"},
       {"PreMulSum NULL scalar",
        [&] {
@@ -126,14 +169,17 @@ TEST(Api, BadInputTable) {
          return ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, liveComm());
        },
        ncclInvalidArgument, "scalar"},
-      {"RedOpDestroy builtin", [&] { return ncclRedOpDestroy(ncclSum, liveComm()); }, ncclInvalidArgument, "op"},
+      {"RedOpDestroy builtin", [&] { return ncclRedOpDestroy(ncclSum, liveComm()); }, ncclInvalidArgument,
+       "op"},
       {"GroupEnd unmatched", [&] { return ncclGroupEnd(); }, ncclInvalidUsage, "ncclGroupStart"},
       {"SimulateEnd NULL", [&] { return ncclGroupSimulateEnd(nullptr); }, ncclInvalidArgument, "simInfo"},
       {"MemFree foreign", [&] { return ncclMemFree(buf); }, ncclInvalidArgument, "ncclMemAlloc"},
-      {"MemAlloc zero", [&] {
+      {"MemAlloc zero",
+       [&] {
          void* p = nullptr;
          return ncclMemAlloc(&p, 0);
-       }, ncclInvalidArgument, "size"},
+       },
+       ncclInvalidArgument, "size"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
