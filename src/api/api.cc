@@ -1,5 +1,6 @@
 #include "api/api.h"
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -48,6 +49,13 @@ const char* lastErrorText(ncclComm_t comm) {
 
 Status checkNotNull(const void* ptr, const char* arg) {
   if (ptr == nullptr) return invalidArgument("argument '", arg, "' is NULL");
+  return okStatus();
+}
+
+Status checkRange(const void* ptr, size_t bytes, const char* arg) {
+  if (bytes > UINTPTR_MAX - reinterpret_cast<uintptr_t>(ptr)) {
+    return invalidArgument("argument '", arg, "' (", ptr, ") plus ", bytes, " bytes wraps the address space");
+  }
   return okStatus();
 }
 

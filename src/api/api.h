@@ -62,6 +62,9 @@ const char* lastErrorText(ncclComm_t comm);
 
 // Argument checks shared by the entry points; each names the argument.
 Status checkNotNull(const void* ptr, const char* arg);
+// [ptr, ptr + bytes) must not wrap past the top of the address space:
+// ncclInvalidArgument naming `arg` (the pointer's argument) if it does.
+Status checkRange(const void* ptr, size_t bytes, const char* arg);
 // Enums arrive from C, where any int fits; reading an out-of-range value as a
 // C++ enum is undefined, so checks take the raw bits (see rawEnum).
 Status checkDatatype(int type);

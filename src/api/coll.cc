@@ -46,14 +46,8 @@ Status checkBuffers(size_t count, int type, const void* send, int sendBlocks, co
   }
   const size_t block = count * es, sendBytes = sendBlocks * block, recvBytes = recvBlocks * block;
   const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
-  if (sendBytes > 0 && s + sendBytes < s) {
-    return invalidArgument("argument 'sendbuff' (", send, ") plus ", sendBytes,
-                           " bytes wraps the address space");
-  }
-  if (recvBytes > 0 && r + recvBytes < r) {
-    return invalidArgument("argument 'recvbuff' (", recv, ") plus ", recvBytes,
-                           " bytes wraps the address space");
-  }
+  BRAID_CHECK(api::checkRange(send, sendBytes, "sendbuff"));
+  BRAID_CHECK(api::checkRange(recv, recvBytes, "recvbuff"));
   if (sendBytes == 0 || recvBytes == 0 || s + sendBytes <= r || r + recvBytes <= s) return okStatus();
   const ptrdiff_t inPlace = static_cast<ptrdiff_t>(inPlaceBlocks) * static_cast<ptrdiff_t>(block);
   if (static_cast<ptrdiff_t>(s - r) == inPlace) return okStatus();

@@ -11,7 +11,9 @@ using namespace braid;
 namespace {
 Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   BRAID_CHECK(api::checkNotNull(comm, "comm"));
-  if (nranks < 1) return invalidArgument("argument 'nranks' is ", nranks, "; it must be at least 1");
+  if (nranks < 1 || nranks > kMaxCommRanks) {
+    return invalidArgument("argument 'nranks' is ", nranks, "; it must be in [1, ", kMaxCommRanks, "]");
+  }
   if (rank < 0 || rank >= nranks) {
     return invalidArgument("argument 'rank' is ", rank, "; it must be in [0, ", nranks - 1, "]");
   }
@@ -227,6 +229,7 @@ BRAID_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
         BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
         BRAID_CHECK(api::checkNotNull(buff, "buff"));
         BRAID_CHECK(api::checkNotNull(handle, "handle"));
+        BRAID_CHECK(api::checkRange(buff, size, "buff"));
         return c->buffers().add(buff, size, handle);
       },
       comm);
@@ -257,6 +260,7 @@ BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, siz
         BRAID_CHECK(api::checkNotNull(buff, "buff"));
         BRAID_CHECK(api::checkNotNull(win, "win"));
         *win = nullptr;
+        BRAID_CHECK(api::checkRange(buff, size, "buff"));
         if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
           return invalidArgument("argument 'winFlags' is ", winFlags,
                                  "; use NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC");

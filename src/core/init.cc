@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "bootstrap/root.h"
+#include "bootstrap/wire.h"
 #include "core/group.h"
 #include "platform/gpu.h"
 #include "util/log.h"
@@ -16,6 +17,8 @@
 #include "platform/gpu_runtime.h"
 #endif
 
+static_assert(braid::kMaxCommRanks == static_cast<int>(braid::bootstrap::kMaxRanks),
+              "the API's rank limit is the bootstrap's");
 namespace braid {
 namespace {
 

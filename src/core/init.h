@@ -9,6 +9,10 @@
 
 namespace braid {
 
+// The most ranks a communicator may have: the bootstrap's frames carry at
+// most this many (bootstrap/wire.h).
+constexpr int kMaxCommRanks = 1 << 20;
+
 // Creates a unique id. Without NCCL_COMM_ID this process starts the root;
 // with it the id names that address and rank 0's init hosts the root.
 Status getUniqueId(ncclUniqueId* id);

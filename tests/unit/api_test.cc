@@ -129,6 +129,21 @@ TEST(Api, BadInputTable) {
        ncclInvalidArgument, "root"},
       {"Send bad peer", [&] { return ncclSend(buf, 1, ncclFloat, -3, liveComm(), nullptr); },
        ncclInvalidArgument, "peer"},
+      {"InitRank nranks past the bootstrap's limit",
+       [&] { return ncclCommInitRank(&comm, (1 << 20) + 1, id, 0); }, ncclInvalidArgument,
+       "argument 'nranks'"},
+      {"Register wraps the address space",
+       [&] {
+         void* handle = nullptr;
+         return ncclCommRegister(liveComm(), buf, SIZE_MAX, &handle);
+       },
+       ncclInvalidArgument, "wraps"},
+      {"WindowRegister wraps the address space",
+       [&] {
+         ncclWindow_t win = nullptr;
+         return ncclCommWindowRegister(liveComm(), buf, SIZE_MAX - 8, &win, 0);
+       },
+       ncclInvalidArgument, "wraps"},
       {"AllReduce count past the address space",
        [&] { return ncclAllReduce(buf, buf, SIZE_MAX / 2, ncclFloat, ncclSum, liveComm(), nullptr); },
        ncclInvalidArgument, "argument 'count'"},
