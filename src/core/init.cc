@@ -19,6 +19,7 @@
 
 static_assert(braid::kMaxCommRanks == static_cast<int>(braid::bootstrap::kMaxRanks),
               "the API's rank limit is the bootstrap's");
+
 namespace braid {
 namespace {
 
