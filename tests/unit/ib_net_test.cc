@@ -256,8 +256,9 @@ TEST(IbverbsNetQps, FourQueuePairsPerConnection) {
   setVerbsApiForTesting(nullptr);
 }
 
-// NCCL_NET unset: as NCCL, the verbs Net when an RDMA port is usable.
-TEST(IbverbsNetSelect, UnsetNetPrefersVerbsAndSocketStaysAvailable) {
+// NCCL_NET unset: as NCCL, the verbs Net when an RDMA port is usable;
+// NCCL_NET=Socket or NCCL_IB_DISABLE=1 choose TCP.
+TEST(IbverbsNetSelect, UnsetNetPrefersVerbsUnlessSocketOrIbDisabled) {
   setVerbsApiForTesting(braid_verbs_table());
   unsetenv("NCCL_NET");
   ParamRegistry::instance().reload();
@@ -272,6 +273,21 @@ TEST(IbverbsNetSelect, UnsetNetPrefersVerbsAndSocketStaysAvailable) {
   ParamRegistry::instance().reload();
   ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_STREQ(net->name(), "Socket");
+  // NCCL_IB_DISABLE=1: TCP although the port is usable; with NCCL_NET=IB an
+  // error naming both.
+  setenv("NCCL_IB_DISABLE", "1", 1);
+  ParamRegistry::instance().reload();
+  st = selectNet(&net);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_STREQ(net->name(), "Socket");
+  setenv("NCCL_NET", "IB", 1);
+  ParamRegistry::instance().reload();
+  st = selectNet(&net);
+  EXPECT_EQ(st.code(), ncclInvalidArgument);
+  EXPECT_NE(st.message().find("NCCL_IB_DISABLE"), std::string::npos) << st.message();
+  unsetenv("NCCL_NET");
+  unsetenv("NCCL_IB_DISABLE");
+  ParamRegistry::instance().reload();
   setVerbsApiForTesting(nullptr);
 }
 

@@ -26,6 +26,10 @@ StringParam paramNet("NET", "",
                      "port is usable, else Socket",
                      {"Socket", "IB"});
 
+BoolParam paramIbDisable("IB_DISABLE", false,
+                         "Never use the verbs (IB/RoCE) network: ranks on other hosts talk over TCP even "
+                         "where an RDMA port is usable (NCCL_NET=IB is then an error)");
+
 constexpr const char* kUseSocket = "; unset NCCL_NET or set NCCL_NET=Socket to use TCP";
 
 // Why NCCL_NET=IB cannot be served, as precisely as this machine allows:
@@ -85,7 +89,15 @@ void describePciDevice(const std::string& sysLink, NetProperties* out) {
 Status selectNet(Net** out) {
   const std::string want = paramNet.get();
   std::string reason;
-  if (want == "IB") {
+  if (want == "IB" && paramIbDisable.get()) {
+    Status why = invalidArgument("NCCL_NET=IB contradicts NCCL_IB_DISABLE=1; unset one of them");
+    BRAID_WARN("%s", why.message().c_str());
+    return why;
+  }
+  if (want.empty() && paramIbDisable.get()) {
+    BRAID_CHECK(socketNet(out));
+    reason = "NCCL_IB_DISABLE=1";
+  } else if (want == "IB") {
     Status why = openIbNet(out);
     if (!why.ok()) {
       BRAID_WARN("%s", why.message().c_str());
