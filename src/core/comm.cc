@@ -42,6 +42,24 @@ BoolParam paramShareGpu("SHARE_GPU", false,
                         "one thread drives them in a group (from separate threads, a device-wide wait such as "
                         "hipFree in one blocks behind the other rank's kernel); ranks in different processes "
                         "time-slice the GPU");
+BoolParam paramP2pDisable("P2P_DISABLE", false,
+                          "GPU backend: GPUs of one host never read or write each other's memory: their "
+                          "connectors go through host memory both GPUs map (pinned; shared between "
+                          "processes), windows are not zero-copy and LL128 is off. For hosts whose "
+                          "peer-to-peer path is broken or slow; a pair of ranks uses host memory if either "
+                          "sets it");
+Status validateP2pLevel(const std::string& text) {
+  int rank = 0;
+  return parsePathLevel(text, &rank);
+}
+StringParam paramP2pLevel(
+    "P2P_LEVEL", "",
+    "GPU backend: the farthest GPU-to-GPU path over which GPUs of one host use each "
+    "other's memory: LOC (never, as P2P_DISABLE), NVL, PIX, PXB, PHB or SYS (or 0..5); "
+    "farther pairs go through host memory; unset: wherever the runtime grants peer "
+    "access. Paths come from the topology (a GPU missing from it counts as SYS); a pair "
+    "uses the lower of its two ranks' levels",
+    {}, validateP2pLevel);
 IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
                                "Seconds any bootstrap wait (root, ring, peer messages) may take before init "
                                "fails with an error naming the peer");
@@ -204,6 +222,18 @@ bool Communicator::sameProcess(int peer) const {
   return p.hostHash == me.hostHash && p.pid == me.pid;
 }
 
+bool Communicator::p2pDisabled(int peer) const {
+  const PeerInfo& p = peers_[static_cast<size_t>(peer)];
+  const PeerInfo& me = peers_[static_cast<size_t>(rank_)];
+  if (p.p2pDisabled != 0 || me.p2pDisabled != 0) return true;
+  const int level = p.p2pLevel < 0    ? me.p2pLevel
+                    : me.p2pLevel < 0 ? p.p2pLevel
+                                      : std::min(p.p2pLevel, me.p2pLevel);
+  if (level < 0 || std::strcmp(p.busId, me.busId) == 0) return false;
+  auto it = gpuPathRank_.find(toUpper(p.busId));
+  return (it == gpuPathRank_.end() ? pathRank(PathType::Sys) : it->second) > level;
+}
+
 Status Communicator::explainFailure(Status s) const {
   if (s.ok() || connectors_ == nullptr) return s;
   Status cause = connectors_->netError();
@@ -282,7 +312,12 @@ Status Communicator::exchangePeerInfo() {
     std::strncpy(me.busId, gpu.busId.c_str(), sizeof(me.busId) - 1);
     bool nvlinkToAll = false;
     const int g = searchLocalTopology(gpu.busId, &nvlinkToAll);
-    me.ll128 = std::strcmp(gpuFlavorName(), "cuda") == 0 && gpu.arch.rfind("sm_90", 0) == 0 && nvlinkToAll;
+    int level = -1;
+    BRAID_CHECK(parsePathLevel(paramP2pLevel.get(), &level));
+    me.p2pLevel = level;
+    me.p2pDisabled = paramP2pDisable.get() || level == pathRank(PathType::Loc) ? 1 : 0;
+    me.ll128 = std::strcmp(gpuFlavorName(), "cuda") == 0 && gpu.arch.rfind("sm_90", 0) == 0 && nvlinkToAll &&
+               me.p2pDisabled == 0;
     if (g >= 0 && topoSchedule_.nodes == 1) {
       me.nRingPos = std::min(topoSchedule_.nChannels(), kMaxChannels);
       for (int c = 0; c < me.nRingPos; ++c) {
@@ -311,12 +346,19 @@ Status Communicator::exchangePeerInfo() {
   ll128_ = backend_ == Backend::Gpu && nnodes_ == 1 && nranks_ > 1 &&
            std::all_of(peers_.begin(), peers_.end(), [](const PeerInfo& p) { return p.ll128 != 0; });
   if (backend_ == Backend::Gpu && nranks_ > 1) {
+    const bool noP2p =
+        std::any_of(peers_.begin(), peers_.end(), [](const PeerInfo& p) { return p.p2pDisabled != 0; });
     BRAID_INFO(
         kLogInit, "LL128 %s",
-        ll128_ ? "on: one node, every GPU an sm_90 with NVLink to the node's others"
-        : nnodes_ > 1
-            ? "off: ranks on several hosts"
-            : "off: some rank's GPU is not an sm_90 (cuda build) with NVLink to every GPU of the node");
+        ll128_        ? "on: one node, every GPU an sm_90 with NVLink to the node's others"
+        : nnodes_ > 1 ? "off: ranks on several hosts"
+        : noP2p       ? "off: NCCL_P2P_DISABLE (or NCCL_P2P_LEVEL=LOC) is set on some rank"
+                : "off: some rank's GPU is not an sm_90 (cuda build) with NVLink to every GPU of the node");
+    if (me.p2pDisabled != 0) {
+      BRAID_INFO(kLogInit | kLogP2p,
+                 "NCCL_P2P_DISABLE or NCCL_P2P_LEVEL=LOC: connectors to the GPUs of this host go through "
+                 "host memory");
+    }
   }
   std::vector<PeerPlace> places(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) {
@@ -371,8 +413,10 @@ int Communicator::searchLocalTopology(const std::string& busId, bool* nvlinkToAl
     if (strcasecmp(sys.gpu(g).busId.c_str(), busId.c_str()) == 0) {
       nearNics_ = nicsNearestFirst(sys, g);
       *nvlinkToAll = true;
-      for (int h = 0; h < sys.nGpus(); ++h)
+      for (int h = 0; h < sys.nGpus(); ++h) {
         *nvlinkToAll = *nvlinkToAll && (h == g || sys.gpuPath(g, h).type == PathType::Nvl);
+        if (h != g) gpuPathRank_[toUpper(sys.gpu(h).busId)] = pathRank(sys.gpuPath(g, h).type);
+      }
       return g;
     }
   }

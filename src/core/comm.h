@@ -62,6 +62,10 @@ struct PeerInfo {
   // (an NVIDIA sm_90 in a cuda build, every other GPU of the node reached
   // over NVLink; transports/transport.h says why).
   int32_t ll128 = 0;
+  // GPU backend: NCCL_P2P_DISABLE (or NCCL_P2P_LEVEL=LOC) is set on this
+  // rank; NCCL_P2P_LEVEL as a path rank (-1: unset).
+  int32_t p2pDisabled = 0;
+  int32_t p2pLevel = -1;
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -153,6 +157,13 @@ class Communicator : public StallListener {
   // GPU backend: the ring may run the LL128 protocol (one node, every rank's
   // PeerInfo::ll128; the same answer on every rank).
   bool ll128() const { return ll128_; }
+  // GPU backend: this rank and `peer` never touch each other's GPU memory
+  // (NCCL_P2P_DISABLE on either, or their GPUs farther apart than the lower
+  // of their NCCL_P2P_LEVELs): their connectors are in host memory, no
+  // window maps the other's buffers. Both ranks answer alike given one
+  // topology of their host; the connectors agree even if not (each end
+  // places its own block and tells the other).
+  bool p2pDisabled(int peer) const;
   // Channels the host can run in parallel for this rank: cores per local
   // rank, less one for the proxy when there are several nodes.
   int hostChannels() const;
@@ -215,6 +226,9 @@ class Communicator : public StallListener {
   Schedule schedule_, topoSchedule_;
   // GPU backend: the PCI addresses of the NICs nearest the GPU, nearest first.
   std::vector<std::string> nearNics_;
+  // GPU backend: the path rank (topology/model.h) from this rank's GPU to
+  // each other GPU of the host, by upper-case bus id.
+  std::map<std::string, int> gpuPathRank_;
   // Runs the search inside this node; returns the index of the GPU with bus
   // id `busId` in its topology, -1 if absent. `*nvlinkToAll`: that GPU
   // reaches every other GPU of the node over NVLink.

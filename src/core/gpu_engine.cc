@@ -245,7 +245,8 @@ Status GpuEngineImpl::connect(size_t slotBytes, const std::vector<EndRequest>& r
   for (const EndRequest& r : reqs) {
     if (onThisHost(r.peer)) {
       local.push_back(P2pRequest{r.peer, r.send, r.tag, comm_->sameProcess(r.peer),
-                                 peerDevice_[static_cast<size_t>(r.peer)], &r.end->p2p, ll128});
+                                 peerDevice_[static_cast<size_t>(r.peer)], &r.end->p2p, ll128,
+                                 comm_->p2pDisabled(r.peer)});
     } else {
       (r.send ? remoteSend : remoteRecv).push_back(&r);
     }
@@ -718,7 +719,10 @@ Status GpuEngineImpl::mapWindow(uint64_t number, void* buff, size_t size, std::v
   for (int r = 0; r < n && why->empty(); ++r) {
     const GpuWindowRecord& rec = records[static_cast<size_t>(r)];
     char* sync = reinterpret_cast<char*>(rec.syncPtr);
-    if (r == me || comm_->sameProcess(r)) {
+    if (r != me && comm_->p2pDisabled(r)) {
+      *why = strCat("peer-to-peer is off between ranks ", me, " and ", r,
+                    " (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL)");
+    } else if (r == me || comm_->sameProcess(r)) {
       (*bases)[static_cast<size_t>(r)] = reinterpret_cast<char*>(rec.window);
       if (rec.device != device_) {  // another GPU of this process: its memory must be mapped here
         hipError_t e = hipDeviceEnablePeerAccess(rec.device, 0);
@@ -749,9 +753,16 @@ Status GpuEngineImpl::mapWindow(uint64_t number, void* buff, size_t size, std::v
         sync = static_cast<char*>(q);
       }
     }
-    if (firstWindow) syncOf_[static_cast<size_t>(r)] = reinterpret_cast<device::DevSymSync*>(sync);
+    // A rank whose window failed keeps no pointer of its process (only
+    // ranks mapped here are closed or reused by later windows).
+    if (firstWindow && why->empty()) {
+      syncOf_[static_cast<size_t>(r)] = reinterpret_cast<device::DevSymSync*>(sync);
+    }
   }
-  if (!why->empty()) unmapWindow(number);
+  if (!why->empty()) {
+    (void)hipGetLastError();  // a failed open must not fail the next launch
+    unmapWindow(number);
+  }
   if (firstWindow && std::find(syncOf_.begin(), syncOf_.end(), nullptr) != syncOf_.end()) {
     closeSyncMappings();  // a later window maps them again
   }

@@ -37,6 +37,8 @@ using hipGraphNode_t = cudaGraphNode_t;
 #define hipIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 #define hipHostMallocMapped cudaHostAllocMapped
 #define hipHostMallocPortable cudaHostAllocPortable
+#define hipHostRegisterMapped cudaHostRegisterMapped
+#define hipHostRegisterPortable cudaHostRegisterPortable
 #define hipStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
 #define hipStreamCaptureModeRelaxed cudaStreamCaptureModeRelaxed
 
@@ -56,6 +58,12 @@ inline hipError_t hipMalloc(void** p, size_t n) { return cudaMalloc(p, n); }
 inline hipError_t hipFree(void* p) { return cudaFree(p); }
 inline hipError_t hipHostMalloc(void** p, size_t n, unsigned flags) { return cudaHostAlloc(p, n, flags); }
 inline hipError_t hipHostFree(void* p) { return cudaFreeHost(p); }
+inline hipError_t hipHostRegister(void* p, size_t n, unsigned flags) {
+  return cudaHostRegister(p, n, flags);
+}
+inline hipError_t hipHostUnregister(void* p) {
+  return cudaHostUnregister(p);
+}
 inline hipError_t hipHostGetDevicePointer(void** d, void* h, unsigned flags) {
   return cudaHostGetDevicePointer(d, h, flags);
 }

@@ -8,6 +8,8 @@
 #include <tuple>
 
 #include "util/log.h"
+#include "util/param.h"
+#include "util/strings.h"
 
 namespace braid {
 
@@ -47,6 +49,25 @@ const char* pathTypeName(PathType t) {
     case PathType::Dis: return "DIS";
   }
   return "?";
+}
+
+Status parsePathLevel(const std::string& text, int* rank) {
+  const std::string want = toUpper(trim(text));
+  *rank = -1;
+  if (want.empty()) return okStatus();
+  for (PathType t : {PathType::Loc, PathType::Nvl, PathType::Xgmi, PathType::Pix, PathType::Pxb,
+                     PathType::Phb, PathType::Sys}) {
+    if (want == pathTypeName(t)) {
+      *rank = pathRank(t);
+      return okStatus();
+    }
+  }
+  int64_t v = 0;
+  if (parseInt(want, &v).ok() && v >= 0 && v <= pathRank(PathType::Sys)) {
+    *rank = static_cast<int>(v);
+    return okStatus();
+  }
+  return invalidArgument("expected LOC, NVL, PIX, PXB, PHB, SYS or 0..5, got '", text, "'");
 }
 
 int pathRank(PathType t) {

@@ -29,6 +29,10 @@ const char* linkTypeName(LinkType t);
 const char* pathTypeName(PathType t);
 // Order of path classes for comparisons (NVL and XGMI rank equal).
 int pathRank(PathType t);
+// A distance limit such as NCCL_P2P_LEVEL, as a pathRank: "LOC", "NVL" (or
+// "XGMI"), "PIX", "PXB", "PHB", "SYS" (any case) or NCCL's integers 0..5 in
+// that order; "" (unset) is -1.
+Status parsePathLevel(const std::string& text, int* rank);
 inline bool isFastPath(PathType t) {
   return t == PathType::Nvl || t == PathType::Xgmi;
 }

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -462,6 +463,75 @@ TEST(GpuP2p, SendRecvAllToAllGatherScatterNullStream) {
     return p2pSweep(comm, rank, nranks, memory);
   };
   EXPECT_EQ(runPerGpu(g, StreamKind::kNull, {}, kQuickTimeoutSec, work), "");
+}
+
+// --- (f2): connectors through host memory (NCCL_P2P_DISABLE) -------------------
+
+// The P2P TRACE lines of every log in `dir` that say where a connector's
+// memory is: "" if there are some and all say host memory.
+std::string connectorsInHostMemory(const std::string& dir) {
+  int host = 0, gpu = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      const bool connector = line.find("send to rank ") != std::string::npos ||
+                             line.find("recv from rank ") != std::string::npos;
+      if (!connector) continue;
+      host += line.find(": host memory") != std::string::npos;
+      gpu += line.find(": IPC") != std::string::npos || line.find(": direct pointer") != std::string::npos;
+    }
+  }
+  if (host == 0) return "no connector was logged";
+  return gpu == 0 ? "" : strCat(gpu, " connectors in GPU memory, ", host, " in host memory");
+}
+
+// NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC): no rank touches another's
+// GPU memory. Every connector is in host memory both GPUs map (for ranks in
+// separate processes, memory files each maps from the other through /proc
+// and pins; for threads of one process, pinned memory), LL128 is off and a
+// window of ncclMemAlloc memory registers without being zero-copy. One process per
+// rank: the quick sweep and the point-to-point sweep; one thread driving
+// every rank, with NCCL_P2P_LEVEL=LOC (never peer-to-peer) instead: the
+// group checks. The TRACE log must place every connector in host memory.
+TEST(GpuP2pHostMemory, P2pOffMovesEveryConnectorToHostMemory) {
+  BRAID_NEED_A_GPU(g);
+  auto logEnv = [](const ScopedTempDir& dir, const char* off) {
+    return std::vector<std::string>{off, "NCCL_DEBUG=TRACE", "NCCL_DEBUG_SUBSYS=P2P",
+                                    "NCCL_DEBUG_FILE=" + dir.path() + "/rank.%p.log"};
+  };
+  auto work = [](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) -> std::string {
+    auto* c = static_cast<Communicator*>(comm);
+    if (c->ll128()) return "LL128 is on with peer-to-peer off";
+    const size_t bytes = size_t(1) << 20;
+    void* base = nullptr;
+    std::string err = check(ncclMemAlloc(&base, bytes), "ncclMemAlloc");
+    ncclWindow_t win = nullptr;
+    if (err.empty()) {
+      err = check(ncclCommWindowRegister(comm, base, bytes, &win, NCCL_WIN_COLL_SYMMETRIC),
+                  "ncclCommWindowRegister");
+    }
+    if (!err.empty()) return err;
+    uint64_t number = 0, offset = 0;
+    if (c->windows().find(base, bytes, &number, &offset))
+      return "a window is zero-copy with peer-to-peer off";
+    err = collSweep(comm, rank, nranks, SweepCounts::kQuick, memory);
+    if (err.empty()) err = p2pSweep(comm, rank, nranks, memory);
+    if (err.empty()) err = check(ncclCommWindowDeregister(comm, win), "ncclCommWindowDeregister");
+    if (err.empty()) err = check(ncclMemFree(base), "ncclMemFree");
+    return err;
+  };
+  const ScopedTempDir processes("braid-nop2p-");
+  ASSERT_FALSE(processes.path().empty());
+  EXPECT_EQ(
+      runPerGpu(g, StreamKind::kNonBlocking, logEnv(processes, "NCCL_P2P_DISABLE=1"), kQuickTimeoutSec, work),
+      "");
+  EXPECT_EQ(connectorsInHostMemory(processes.path()), "") << "ranks in separate processes";
+  const ScopedTempDir threads("braid-nop2p-");
+  ASSERT_FALSE(threads.path().empty());
+  EXPECT_EQ(inOneChild(
+                g, [g] { return driveInGroups(g); }, kQuickTimeoutSec, logEnv(threads, "NCCL_P2P_LEVEL=LOC")),
+            "");
+  EXPECT_EQ(connectorsInHostMemory(threads.path()), "") << "ranks in one process";
 }
 
 // --- (g): algorithm, protocol, channels and buffers forced through the environment

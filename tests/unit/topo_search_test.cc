@@ -208,6 +208,42 @@ TEST(TopoSearch, EightPcieGpusCrossSocketsTwiceAndHostBridgesFourTimes) {
   }
 }
 
+// NCCL_P2P_LEVEL's values by name and number, and which peers each admits
+// on a two-socket PCIe machine (4 switches of 2 GPUs): from GPU 0, its
+// switch mate at PIX, the other switch of its socket through the host
+// bridge at PHB, every GPU at SYS.
+TEST(TopoPaths, P2pLevelsByNameAndNumber) {
+  struct Case {
+    const char* text;
+    int rank;
+  };
+  for (Case c : {Case{"", -1}, Case{"LOC", 0}, Case{"nvl", 1}, Case{"XGMI", 1}, Case{"PIX", 2},
+                 Case{" pxb ", 3}, Case{"PHB", 4}, Case{"SYS", 5}, Case{"0", 0}, Case{"5", 5}}) {
+    int rank = -2;
+    Status s = parsePathLevel(c.text, &rank);
+    EXPECT_TRUE(s.ok()) << c.text << ": " << s.message();
+    EXPECT_EQ(rank, c.rank) << c.text;
+  }
+  for (const char* bad : {"6", "-1", "NET", "fast"}) {
+    int rank = 0;
+    Status s = parsePathLevel(bad, &rank);
+    EXPECT_EQ(s.code(), ncclInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("PXB"), std::string::npos) << s.message();
+  }
+  TopoSystem sys = load("pcie_2socket_8gpu.xml");
+  auto admitted = [&](const char* level) {
+    int rank = 0, n = 0;
+    EXPECT_TRUE(parsePathLevel(level, &rank).ok());
+    for (int h = 1; h < sys.nGpus(); ++h) n += pathRank(sys.gpuPath(0, h).type) <= rank;
+    return n;
+  };
+  EXPECT_EQ(admitted("NVL"), 0);
+  EXPECT_EQ(admitted("PIX"), 1);
+  EXPECT_EQ(admitted("PXB"), 1);
+  EXPECT_EQ(admitted("PHB"), 3);
+  EXPECT_EQ(admitted("SYS"), 7);
+}
+
 TEST(TopoSearch, NcclRingsOverride) {
   TopoSystem sys = load("mi300x.xml");
   Schedule s = search(sys, 1, "0 1 2 3 4 5 6 7|7 6 5 4 3 2 1 0");

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "platform/gpu_runtime.h"
+#include "platform/shared_memory.h"
 #include "util/log.h"
 #include "util/strings.h"
 
@@ -19,9 +20,10 @@ constexpr uint64_t kHandleMagic = 0x4252414944503250ull;  // "BRAIDP2P"
 struct Handle {
   uint64_t magic = kHandleMagic;
   int32_t pid = 0;
-  int32_t onHost = 0;  // pinned host memory (the peer's GPU cannot reach ours)
-  uint64_t pointer = 0;  // valid in this process (in-process peers, host memory)
+  int32_t onHost = 0;    // host memory both GPUs map (no peer access, or NCCL_P2P_DISABLE)
+  uint64_t pointer = 0;  // valid in this process (in-process peers)
   uint64_t bytes = 0;
+  int32_t fd = -1;  // host memory for another process: the memory file it opens
   hipIpcMemHandle_t ipc;
 };
 
@@ -31,6 +33,18 @@ Status gpuCheck(hipError_t e, const char* what) {
 }
 
 uint32_t handleTag(uint32_t tag, bool fromSender) { return tag + (fromSender ? 1u : 0u); }
+
+size_t roundToPages(size_t bytes) {
+  return (bytes + pageBytes() - 1) / pageBytes() * pageBytes();
+}
+
+// The GPU's view of host memory registered or allocated mapped.
+Status devicePointer(void* host, char** out) {
+  void* d = nullptr;
+  BRAID_CHECK(gpuCheck(hipHostGetDevicePointer(&d, host, 0), "finding the GPU's view of a host connector"));
+  *out = static_cast<char*>(d);
+  return okStatus();
+}
 
 }  // namespace
 
@@ -54,7 +68,57 @@ bool p2pEnablePeerAccess(int device, int peer) {
 
 P2pEnd::~P2pEnd() {
   if (opened_ != nullptr) (void)hipIpcCloseMemHandle(opened_);
-  if (local_ != nullptr) (void)(localOnHost_ ? hipHostFree(local_) : hipFree(local_));
+  if (peerShared_ != nullptr) {
+    if (peerPinned_) (void)hipHostUnregister(peerShared_);
+    sharedMemoryUnmap(peerShared_, peerSharedBytes_);
+  }
+  if (local_ != nullptr && localFd_ >= 0) {
+    if (localPinned_) (void)hipHostUnregister(local_);
+    sharedMemoryDestroy(localFd_, local_, localBytes_);
+  } else if (local_ != nullptr) {
+    (void)(localOnHost_ ? hipHostFree(local_) : hipFree(local_));
+  }
+}
+
+Status P2pEnd::allocate(size_t bytes, bool onHost, bool shared, void* setupStream) {
+  localOnHost_ = onHost;
+  localBytes_ = bytes;
+  void* p = nullptr;
+  if (!onHost) {
+    BRAID_CHECK(gpuCheck(hipMalloc(&p, bytes), "allocating a connector block"));
+    local_ = localDev_ = static_cast<char*>(p);
+    return gpuCheck(hipMemsetAsync(p, 0, bytes, static_cast<hipStream_t>(setupStream)),
+                    "zeroing a connector block");
+  }
+  if (!shared) {  // a thread of this process maps it too
+    BRAID_CHECK(gpuCheck(hipHostMalloc(&p, bytes, hipHostMallocMapped | hipHostMallocPortable),
+                         "allocating a pinned host connector block"));
+    std::memset(p, 0, bytes);
+    local_ = static_cast<char*>(p);
+    return devicePointer(p, &localDev_);
+  }
+  // Another process maps it: a memory file (zeroed), pinned for every GPU.
+  localBytes_ = roundToPages(bytes);
+  int fd = -1;
+  BRAID_CHECK(sharedMemoryCreate(localBytes_, &fd, &p));
+  localFd_ = fd;
+  local_ = static_cast<char*>(p);
+  BRAID_CHECK(gpuCheck(hipHostRegister(p, localBytes_, hipHostRegisterMapped | hipHostRegisterPortable),
+                       "pinning a shared host connector block"));
+  localPinned_ = true;
+  return devicePointer(p, &localDev_);
+}
+
+Status P2pEnd::mapPeerShared(int pid, int fd, size_t bytes, char** out) {
+  const size_t whole = roundToPages(bytes);
+  void* p = nullptr;
+  BRAID_CHECK(sharedMemoryMapPeer(static_cast<pid_t>(pid), fd, 0, whole, &p));
+  peerShared_ = static_cast<char*>(p);
+  peerSharedBytes_ = whole;
+  BRAID_CHECK(gpuCheck(hipHostRegister(p, whole, hipHostRegisterMapped | hipHostRegisterPortable),
+                       "pinning a peer's shared host connector block"));
+  peerPinned_ = true;
+  return devicePointer(p, out);
 }
 
 Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_t slotBytes,
@@ -67,36 +131,26 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     const size_t bytes = r.send ? DevConnLayout::sendBytes() : DevConnLayout::recvBytes(slotBytes, r.ll128);
     // Can the peer's GPU reach memory on ours? (Asked from the peer's side:
     // the answer need not be symmetric.) Unknown devices try IPC.
-    bool direct = r.peerDevice < 0 || r.peerDevice == device;
-    if (!direct) {
+    // Host memory when asked (NCCL_P2P_DISABLE on either rank) or when it cannot.
+    bool direct = false;
+    if (!r.throughHost) {
       int can = 0;
-      direct = hipDeviceCanAccessPeer(&can, r.peerDevice, device) == hipSuccess && can != 0;
+      direct = r.peerDevice < 0 || r.peerDevice == device ||
+               (hipDeviceCanAccessPeer(&can, r.peerDevice, device) == hipSuccess && can != 0);
+      if (direct && r.peerInProcess && r.peerDevice >= 0) direct = p2pEnablePeerAccess(r.peerDevice, device);
     }
-    if (direct && r.peerInProcess && r.peerDevice >= 0) direct = p2pEnablePeerAccess(r.peerDevice, device);
-    if (!direct && !r.peerInProcess) {
-      return Status(ncclSystemError,
-                    strCat("GPU ", r.peerDevice, " of rank ", r.peer, " cannot access GPU ", device,
-                           " (no peer access) and the shared host-memory path between processes is not "
-                           "built; run both GPUs in one process (ncclCommInitAll) or enable peer access"));
-    }
-    void* p = nullptr;
-    if (direct) {
-      BRAID_CHECK(gpuCheck(hipMalloc(&p, bytes), "allocating a connector block"));
-      BRAID_CHECK(gpuCheck(hipMemsetAsync(p, 0, bytes, setup), "zeroing a connector block"));
-    } else {
-      BRAID_CHECK(gpuCheck(hipHostMalloc(&p, bytes, hipHostMallocMapped | hipHostMallocPortable),
-                           "allocating a pinned host connector block"));
-      std::memset(p, 0, bytes);
-    }
-    e->local_ = static_cast<char*>(p);
-    e->localOnHost_ = !direct;
+    BRAID_CHECK(e->allocate(bytes, !direct, !r.peerInProcess, setup)
+                    .withContext(strCat("connector ", r.send ? "to" : "from", " rank ", r.peer)));
     Handle h;
     h.pid = static_cast<int32_t>(getpid());
     h.onHost = direct ? 0 : 1;
-    h.pointer = reinterpret_cast<uint64_t>(p);
+    h.pointer = reinterpret_cast<uint64_t>(e->local_);
     h.bytes = bytes;
+    h.fd = e->localFd_;
     std::memset(&h.ipc, 0, sizeof(h.ipc));
-    if (direct && !r.peerInProcess) BRAID_CHECK(gpuCheck(hipIpcGetMemHandle(&h.ipc, p), "making an IPC handle"));
+    if (direct && !r.peerInProcess) {
+      BRAID_CHECK(gpuCheck(hipIpcGetMemHandle(&h.ipc, e->local_), "making an IPC handle"));
+    }
     BRAID_CHECK(bs->send(r.peer, handleTag(r.tag, r.send), &h, sizeof(h)));
   }
   BRAID_CHECK(gpuCheck(hipStreamSynchronize(setup), "zeroing connector blocks"));
@@ -110,10 +164,12 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
                            want, " were expected: do both ranks use the same BRAID_BUFFSIZE?)");
     }
     char* peer = nullptr;
-    if (r.peerInProcess || h.onHost != 0) {
-      if (h.onHost != 0 && !r.peerInProcess) {
-        return internalError("rank ", r.peer, " put a connector in host memory of another process");
-      }
+    if (h.onHost != 0 && !r.peerInProcess) {
+      BRAID_CHECK(r.end->mapPeerShared(h.pid, h.fd, h.bytes, &peer)
+                      .withContext(strCat("mapping rank ", r.peer, "'s connector in host memory")));
+    } else if (h.onHost != 0) {
+      BRAID_CHECK(devicePointer(reinterpret_cast<void*>(h.pointer), &peer));
+    } else if (r.peerInProcess) {
       peer = reinterpret_cast<char*>(h.pointer);
     } else {
       void* opened = nullptr;
@@ -122,7 +178,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
       r.end->opened_ = opened;
       peer = static_cast<char*>(opened);
     }
-    char* local = r.end->local_;
+    char* local = r.end->localDev_;
     DevConn& c = r.end->conn;
     char* recvBlock = r.send ? peer : local;
     char* sendBlock = r.send ? local : peer;
@@ -134,7 +190,9 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     c.step = reinterpret_cast<uint64_t*>(local + DevConnLayout::kStep);
     c.slotBytes = slotBytes;
     BRAID_TRACE(kLogP2p, "%s rank %d tag %#x: %s", r.send ? "send to" : "recv from", r.peer, r.tag,
-                r.peerInProcess ? (h.onHost ? "host memory" : "direct pointer") : "IPC");
+                h.onHost          ? "host memory"
+                : r.peerInProcess ? "direct pointer"
+                                  : "IPC");
   }
   return okStatus();
 }

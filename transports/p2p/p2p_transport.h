@@ -5,9 +5,13 @@
 // the slots; the sender: head), zeroes it and hands the peer a way to reach
 // it: a thread of this process gets the pointer (peer access enabled), another
 // process an IPC handle it opens. Where the peer's GPU cannot reach this GPU
-// (no peer access), the block goes to pinned host memory both GPUs map; each
-// end decides for its own block from the peer's point of view and says what
-// it chose in its handle, so both ends always agree on where the memory is.
+// (no peer access), or either rank set NCCL_P2P_DISABLE, the block goes to
+// host memory both GPUs map: pinned memory for a thread of this process, a
+// memory file (platform/shared_memory.h) that another process maps through
+// /proc and pins for its GPU. Each end decides for its own block from the
+// peer's point of view and says what it chose in its handle, so both ends
+// always agree on where the memory is. Kernels fence to system scope before
+// publishing a step, so the same code runs over either memory.
 //
 // Connecting is collective between the two ranks of each connector: both
 // pass matching requests (same tag, `send` reversed). Every rank posts all
@@ -34,9 +38,22 @@ class P2pEnd {
 
  private:
   friend Status p2pConnect(bootstrap::Bootstrap*, int, void*, size_t, const std::vector<struct P2pRequest>&);
-  char* local_ = nullptr;  // this end's block
+  // This end's block: GPU memory, or host memory (`shared`: another process
+  // maps it).
+  Status allocate(size_t bytes, bool onHost, bool shared, void* setupStream);
+  // Maps and pins another process's host block; `out`: the GPU's view.
+  Status mapPeerShared(int pid, int fd, size_t bytes, char** out);
+
+  char* local_ = nullptr;     // this end's block, as this process addresses it
+  char* localDev_ = nullptr;  // the same, as the GPU addresses it
+  size_t localBytes_ = 0;
   bool localOnHost_ = false;
-  void* opened_ = nullptr;  // the peer's block, opened from an IPC handle
+  int localFd_ = -1;            // a host block shared with another process: its memory file
+  bool localPinned_ = false;    // ... registered with the GPU runtime
+  void* opened_ = nullptr;      // the peer's block, opened from an IPC handle
+  char* peerShared_ = nullptr;  // the peer's host block, mapped from its memory file
+  size_t peerSharedBytes_ = 0;
+  bool peerPinned_ = false;
 };
 
 struct P2pRequest {
@@ -47,6 +64,7 @@ struct P2pRequest {
   int peerDevice;      // the peer's GPU in this process's numbering, -1 if not visible
   P2pEnd* end;
   bool ll128 = false;  // the receiver's block carries LL128 slots (both ends pass the same)
+  bool throughHost = false;  // this end's block in host memory (peer-to-peer off: NCCL_P2P_DISABLE or _LEVEL)
 };
 
 // `device`: this rank's GPU. `setupStream`: a non-blocking stream of that GPU
