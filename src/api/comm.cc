@@ -310,6 +310,76 @@ BRAID_COMM_ENTRY(kNoDeviceApi, ncclDevCommCreate,
                  })
 BRAID_COMM_ENTRY(kNoDeviceApi, ncclDevCommDestroy, BRAID_ARGS(ncclComm_t comm, const void* devComm),
                  { BRAID_CHECK(api::checkNotNull(devComm, "devComm")); })
+
+// The device API's host functions (nccl_device/*.h). Teams are rank
+// arithmetic on the communicator, so they work (a program may size its
+// work by ncclTeamLsa); the resource requirements only feed
+// ncclDevCommCreate and are refused like it. Without these symbols a
+// program built against NCCL 2.28's device headers would not load against
+// the libnccl.so.2 alias.
+namespace {
+struct Team {  // nccl_device/core.h's ncclTeam, returned by value
+  int nRanks, rank, stride;
+};
+
+// The communicator, or null after recording why (no team can be an error code).
+Communicator* teamComm(const char* func, ncclComm_t comm) {
+  Communicator* c = nullptr;
+  Status s = lookupComm(comm, &c, /*needReady=*/true);
+  if (s.ok()) return c;
+  (void)api::finishCall(func, s, nullptr);
+  return nullptr;
+}
+
+Status checkRequirementOutputs(const void* handle, const void* req) {
+  BRAID_CHECK(api::checkNotNull(handle, "outHandle"));
+  return api::checkNotNull(req, "outReq");
+}
+}  // namespace
+
+BRAID_API(Team, ncclTeamWorld, ncclComm_t comm) {
+  const Communicator* c = teamComm("ncclTeamWorld", comm);
+  return c == nullptr ? Team{0, 0, 1} : Team{c->nranks(), c->rank(), 1};
+}
+BRAID_API(Team, ncclTeamLsa, ncclComm_t comm) {
+  const Communicator* c = teamComm("ncclTeamLsa", comm);
+  return c == nullptr ? Team{0, 0, 1} : Team{c->lsaSize(), c->rank() % c->lsaSize(), 1};
+}
+BRAID_API(Team, ncclTeamRail, ncclComm_t comm) {  // this rank's place in every node's LSA team
+  const Communicator* c = teamComm("ncclTeamRail", comm);
+  return c == nullptr ? Team{0, 0, 1}
+                      : Team{c->nranks() / c->lsaSize(), c->rank() / c->lsaSize(), c->lsaSize()};
+}
+BRAID_API(int, ncclTeamRankToWorld, ncclComm_t comm, Team team, int rank) {
+  const Communicator* c = teamComm("ncclTeamRankToWorld", comm);
+  return c == nullptr ? -1 : c->rank() + (rank - team.rank) * team.stride;
+}
+BRAID_API(int, ncclTeamRankToLsa, ncclComm_t comm, Team team, int rank) {
+  const Communicator* c = teamComm("ncclTeamRankToLsa", comm);
+  return c == nullptr ? -1 : c->rank() % c->lsaSize() + (rank - team.rank) * team.stride;
+}
+BRAID_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) {  // 8 bytes of payload per slot
+  if (maxElts < 0 || maxEltSize < 0) return 0;
+  const int64_t slots = int64_t(maxElts) * ((int64_t(maxEltSize) + 7) / 8);
+  return slots > INT32_MAX ? INT32_MAX : static_cast<int>(slots);
+}
+BRAID_API(ncclResult_t, ncclLLA2ACreateRequirement, int /*nBlocks*/, int /*nSlots*/, void* outHandle,
+          void* outReq) {
+  return api::apiGuard("ncclLLA2ACreateRequirement", [&]() -> Status {
+    BRAID_CHECK(checkRequirementOutputs(outHandle, outReq));
+    return api::notBuiltYet("ncclLLA2ACreateRequirement", kNoDeviceApi);
+  });
+}
+BRAID_API(ncclResult_t, ncclLsaBarrierCreateRequirement, Team /*team*/, int /*nBarriers*/, void* outHandle,
+          void* outReq) {
+  return api::apiGuard("ncclLsaBarrierCreateRequirement", [&]() -> Status {
+    BRAID_CHECK(checkRequirementOutputs(outHandle, outReq));
+    return api::notBuiltYet("ncclLsaBarrierCreateRequirement", kNoDeviceApi);
+  });
+}
+BRAID_COMM_ENTRY(kNoDeviceApi, ncclGinBarrierCreateRequirement,
+                 BRAID_ARGS(ncclComm_t comm, Team /*team*/, int /*nBarriers*/, void* outHandle, void* outReq),
+                 { BRAID_CHECK(checkRequirementOutputs(outHandle, outReq)); })
 BRAID_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
           ncclScalarResidence_t residence, ncclComm_t comm) {
   return api::apiGuard("ncclRedOpCreatePreMulSum", [&]() -> Status {

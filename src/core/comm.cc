@@ -343,6 +343,15 @@ Status Communicator::exchangePeerInfo() {
   }
   nnodes_ = static_cast<int>(hosts.size());
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
+  // The load-store team: every node holds localRanks_ ranks in one block of
+  // consecutive ranks (node j: ranks j*localRanks_ on), and no rank keeps
+  // its GPU memory to itself.
+  lsaSize_ = nranks_ % localRanks_ == 0 ? localRanks_ : 1;
+  for (int r = 0; r < nranks_ && lsaSize_ > 1; ++r) {
+    if (nodeOf[static_cast<size_t>(r)] != r / lsaSize_ || peers_[static_cast<size_t>(r)].p2pDisabled != 0) {
+      lsaSize_ = 1;
+    }
+  }
   ll128_ = backend_ == Backend::Gpu && nnodes_ == 1 && nranks_ > 1 &&
            std::all_of(peers_.begin(), peers_.end(), [](const PeerInfo& p) { return p.ll128 != 0; });
   if (backend_ == Backend::Gpu && nranks_ > 1) {

@@ -154,6 +154,12 @@ class Communicator : public StallListener {
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
   int nnodes() const { return nnodes_; }
   int localRanks() const { return localRanks_; }
+  // NCCL's load-store-accessible team (ncclTeamLsa): the ranks of this node
+  // when every node's ranks are one block of consecutive ranks, all nodes
+  // alike, and no rank turned peer-to-peer off (PeerInfo::p2pDisabled);
+  // otherwise this rank alone. Its members are ranks
+  // lsaSize() * (rank() / lsaSize()) on.
+  int lsaSize() const { return lsaSize_; }
   // GPU backend: the ring may run the LL128 protocol (one node, every rank's
   // PeerInfo::ll128; the same answer on every rank).
   bool ll128() const { return ll128_; }
@@ -217,7 +223,7 @@ class Communicator : public StallListener {
   uint64_t commHash_ = 0;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
-  int nnodes_ = 1, localRanks_ = 1;
+  int nnodes_ = 1, localRanks_ = 1, lsaSize_ = 1;
   bool ll128_ = false;
   std::unique_ptr<ConnectorFactory> connectors_;
   std::unique_ptr<BufferRegistry> buffers_;

@@ -19,6 +19,25 @@
 #include "harness.h"
 #include "nccl.h"
 #include "platform/socket.h"
+#include "util/param.h"
+#include "util/strings.h"
+
+// NCCL 2.28's device-API host functions (NCCL's nccl_device/*.h, which
+// Braid does not ship).
+struct TeamAbi {  // ncclTeam
+  int nRanks, rank, stride;
+};
+extern "C" TeamAbi ncclTeamWorld(ncclComm_t comm);
+extern "C" TeamAbi ncclTeamLsa(ncclComm_t comm);
+extern "C" TeamAbi ncclTeamRail(ncclComm_t comm);
+extern "C" int ncclTeamRankToWorld(ncclComm_t comm, TeamAbi team, int rank);
+extern "C" int ncclTeamRankToLsa(ncclComm_t comm, TeamAbi team, int rank);
+extern "C" int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+extern "C" ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void* outHandle, void* outReq);
+extern "C" ncclResult_t ncclLsaBarrierCreateRequirement(TeamAbi team, int nBarriers, void* outHandle,
+                                                        void* outReq);
+extern "C" ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, TeamAbi team, int nBarriers,
+                                                        void* outHandle, void* outReq);
 
 namespace braid::test {
 namespace {
@@ -135,6 +154,69 @@ TEST(Comm, SplitWithReversedKeysAndNoColor) {
     return check(ncclCommDestroy(comm), "destroy");
   }, 60, kFastEnv);
   EXPECT_EQ(describeFailures(out), "");
+}
+
+std::string teamText(const TeamAbi& t) {
+  return strCat("{", t.nRanks, ", ", t.rank, ", ", t.stride, "}");
+}
+
+// The device API's teams on 4 ranks over two hosts (BRAID_HOSTID): the
+// world; the load-store team, which is the ranks of one host when each host
+// holds a block of consecutive ranks (0 1 | 2 3) and the rank alone when
+// the hosts interleave (0 2 | 1 3); the rail, one rank per load-store team;
+// and the translations of their members to world and load-store ranks. The
+// resource requirements are refused like ncclDevCommCreate; a bad
+// communicator gives an empty team and a last error naming it.
+TEST(CommTeams, LoadStoreTeamIsTheHostsBlockOfRanks) {
+  for (bool blocks : {true, false}) {
+    RootProcess root = startRootProcess(kFastEnv);
+    auto out = runRanks(
+        4,
+        [&](int rank, int nranks) -> std::string {
+          setenv("BRAID_HOSTID", (blocks ? rank / 2 : rank % 2) == 0 ? "host-a" : "host-b", 1);
+          ParamRegistry::instance().reload();
+          ncclComm_t comm = nullptr;
+          std::string err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "init");
+          if (!err.empty()) return err;
+          const int lsaSize = blocks ? 2 : 1, base = rank - rank % lsaSize;
+          const TeamAbi world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm), rail = ncclTeamRail(comm);
+          if (teamText(world) != teamText({nranks, rank, 1})) return "world team " + teamText(world);
+          if (teamText(lsa) != teamText({lsaSize, rank % lsaSize, 1})) return "LSA team " + teamText(lsa);
+          if (teamText(rail) != teamText({nranks / lsaSize, rank / lsaSize, lsaSize}))
+            return "rail " + teamText(rail);
+          for (int i = 0; i < lsa.nRanks; ++i) {
+            if (ncclTeamRankToWorld(comm, lsa, i) != base + i)
+              return strCat("LSA member ", i, " in the world");
+            if (ncclTeamRankToLsa(comm, lsa, i) != i) return strCat("LSA member ", i, " in the LSA team");
+          }
+          for (int i = 0; i < rail.nRanks; ++i) {
+            if (ncclTeamRankToWorld(comm, rail, i) != rank % lsaSize + i * lsaSize)
+              return strCat("rail member ", i);
+          }
+          if (ncclTeamRankToLsa(comm, world, base) != 0) return "world rank of the LSA team's first member";
+          char handle[64], req[256];
+          if (ncclLsaBarrierCreateRequirement(lsa, 1, handle, req) != ncclInvalidUsage ||
+              std::string(ncclGetLastError(nullptr)).find("device API") == std::string::npos) {
+            return "LSA barrier requirement: " + std::string(ncclGetLastError(nullptr));
+          }
+          if (ncclGinBarrierCreateRequirement(comm, rail, 1, handle, req) != ncclInvalidUsage)
+            return "GIN barrier requirement";
+          if (ncclLLA2ACreateRequirement(1, ncclLLA2ACalcSlots(8, 12), handle, nullptr) !=
+                  ncclInvalidArgument ||
+              std::string(ncclGetLastError(nullptr)).find("outReq") == std::string::npos) {
+            return "LL all-to-all requirement without outReq: " + std::string(ncclGetLastError(nullptr));
+          }
+          if (ncclLLA2ACalcSlots(8, 12) != 16 || ncclLLA2ACalcSlots(8, 8) != 8) return "LL all-to-all slots";
+          return check(ncclCommDestroy(comm), "destroy");
+        },
+        60, kFastEnv);
+    EXPECT_EQ(describeFailures(out), "") << (blocks ? "hosts hold blocks of ranks" : "hosts interleave");
+  }
+  const TeamAbi none = ncclTeamWorld(nullptr);
+  EXPECT_EQ(teamText(none), teamText({0, 0, 1}));
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("comm"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclTeamRankToWorld(nullptr, none, 0), -1);
 }
 
 TEST(Comm, NonBlockingInitPollsToCompletion) {
