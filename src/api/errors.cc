@@ -41,11 +41,24 @@ BRAID_API(const char*, ncclGetLastError, ncclComm_t comm) {
   return api::lastErrorText(comm);
 }
 
-BRAID_API(void, ncclResetDebugInit, void) {
+namespace {
+void resetDebug() {
   try {
     ParamRegistry::instance().reload();
     logReset();
   } catch (...) {
     // Nothing may cross the C API; the previous settings stay.
   }
+}
+}  // namespace
+
+BRAID_API(void, ncclResetDebugInit, void) {
+  resetDebug();
+}
+
+// NCCL 2.28's non-deprecated name for the same reset, exported without a
+// twin; no header declares it (NCCL's own tests and RCCL's declare it to
+// re-read NCCL_DEBUG, NCCL_DEBUG_FILE and the rest after changing them).
+extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInternal(void) {
+  resetDebug();
 }

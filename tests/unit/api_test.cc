@@ -2,10 +2,14 @@
 // case returns the right code, never crashes, and leaves a last-error text
 // naming the argument.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -420,5 +424,36 @@ TEST(Api, BadEnvironmentFailsStartup) {
   ncclResetDebugInit();
 }
 #pragma GCC diagnostic pop
+
+}  // namespace
+
+// Exported by NCCL 2.28 and Braid, declared by no header.
+extern "C" void ncclResetDebugInitInternal(void);
+
+namespace {
+
+// After NCCL_DEBUG_FILE changes, ncclResetDebugInitInternal makes the next
+// WARN line go to the new file; unset again, lines leave it.
+TEST(Api, ResetDebugInitInternalRereadsTheLogSettings) {
+  char path[] = "/tmp/braid-log-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  setenv("NCCL_DEBUG_FILE", path, 1);
+  ncclResetDebugInitInternal();
+  int count = 0;
+  EXPECT_EQ(ncclCommCount(nullptr, &count), ncclInvalidArgument);  // a WARN line naming 'comm'
+  unsetenv("NCCL_DEBUG_FILE");
+  ncclResetDebugInitInternal();
+  EXPECT_EQ(ncclCommCount(nullptr, &count), ncclInvalidArgument);  // to stderr now
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path);
+  EXPECT_NE(text.find("WARN"), std::string::npos) << text;
+  EXPECT_NE(text.find("comm"), std::string::npos) << text;
+  size_t lines = 0;
+  for (char c : text) lines += c == '\n';
+  EXPECT_EQ(lines, 1u) << text;
+}
 
 }  // namespace
