@@ -15,7 +15,9 @@
 //   reduceCopy(src, nsrc, dst, ndst, offset, n)
 //                             dst[k][offset + i] = op over src[j][offset + i]
 //                             for every k (nsrc 1: a copy); dst[0] may be
-//                             src[0] (in place), nothing else may overlap
+//                             src[0] (in place), nothing else may overlap;
+//                             src[j] is rank (rank() + j) % nranks()'s data
+//                             (PreMulSum scales it by that rank's scalar)
 //   bool leave()              say this rank is done and wait until every
 //                             peer is, so no rank returns while others still
 //                             read its input or write its output

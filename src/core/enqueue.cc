@@ -119,10 +119,6 @@ bool inWindows(Communicator* comm, const CollArgs& a, HostPlan* plan) {
     case CollType::ReduceScatter: sendBytes = all; break;
     default: return false;  // broadcast and reduce: non-roots need not pass both buffers
   }
-  if (a.type != CollType::AllGather && static_cast<int>(a.op) >= ncclNumOps) return false;  // PreMulSum
-  // GPU zero-copy kernels: sum and average (docs/gpu.md, "Registered buffers").
-  if (comm->backend() == Backend::Gpu && a.type != CollType::AllGather && a.op != ncclSum && a.op != ncclAvg)
-    return false;
   return comm->windows().find(a.send, sendBytes, &plan->sendWindow, &plan->sendOffset) &&
          comm->windows().find(a.recv, recvBytes, &plan->recvWindow, &plan->recvOffset);
 }

@@ -799,6 +799,8 @@ Status GpuEngineImpl::symmetric(const CollArgs& a, const HostPlan& plan) {
   const bool move = a.type == CollType::AllGather;
   d.count = a.count * (move ? datatypeSize(a.datatype) : 1);
   if (a.op == ncclAvg && !move) d.avgDivisor = n;
+  std::memcpy(&d.scalar, plan.scalar.bytes, sizeof(d.scalar));
+  d.scalarPtr = plan.scalar.pointer;
   // A peer's buffer is found at this rank's offset in the peer's window, so
   // every rank must pass the same windows at the same offsets where peers
   // use them: the kernel compares keys. Peers read the inputs of all-reduce
@@ -824,7 +826,7 @@ Status GpuEngineImpl::symmetric(const CollArgs& a, const HostPlan& plan) {
   d.outputs[d.rank] = a.recv;
   d.ctx = ctx();
   BRAID_CHECK(flush());  // the group's gathered collectives come first on the stream
-  return device::launchSymmetric(a.datatype, move, d, a.stream);
+  return device::launchSymmetric(a.datatype, devOp(a.op), move, d, a.stream);
 }
 
 Status GpuEngineImpl::flush() {

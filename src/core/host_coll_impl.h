@@ -80,30 +80,26 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
   Channel& ch = comm->channels()[c];
 
   if (plan.choice.zeroCopy) {
-    if constexpr (Op::kHasPre) {
-      return internalError(a.name, ": PreMulSum cannot run zero-copy");  // inWindows() rules it out
-    } else {
-      SymmetricWindows& windows = comm->windows();
-      SymCall call;
-      call.rank = rank;
-      call.nranks = n;
-      call.slots = windows.slots(c);
-      call.windows = &windows;
-      call.sendWindow = plan.sendWindow, call.sendOffset = plan.sendOffset;
-      call.recvWindow = plan.recvWindow, call.recvOffset = plan.recvOffset;
-      call.channelOffset = lo;
-      HostSymPrims<T, Op> prims(call, ctx, op);
-      const size_t block = kZeroCopyBlockBytes / sizeof(T);
-      switch (a.type) {
-        case CollType::AllReduce: coll::symmetricAllReduce(prims, len, block); break;
-        case CollType::AllGather:
-          if constexpr (kMovesData<T, Op>) coll::symmetricAllGather(prims, len, a.count, block);
-          break;
-        case CollType::ReduceScatter: coll::symmetricReduceScatter(prims, len, a.count, block); break;
-        default: return internalError(a.name, " cannot run zero-copy");
-      }
-      return prims.status();
+    SymmetricWindows& windows = comm->windows();
+    SymCall call;
+    call.rank = rank;
+    call.nranks = n;
+    call.slots = windows.slots(c);
+    call.windows = &windows;
+    call.sendWindow = plan.sendWindow, call.sendOffset = plan.sendOffset;
+    call.recvWindow = plan.recvWindow, call.recvOffset = plan.recvOffset;
+    call.channelOffset = lo;
+    HostSymPrims<T, Op> prims(call, ctx, op);
+    const size_t block = kZeroCopyBlockBytes / sizeof(T);
+    switch (a.type) {
+      case CollType::AllReduce: coll::symmetricAllReduce(prims, len, block); break;
+      case CollType::AllGather:
+        if constexpr (kMovesData<T, Op>) coll::symmetricAllGather(prims, len, a.count, block);
+        break;
+      case CollType::ReduceScatter: coll::symmetricReduceScatter(prims, len, a.count, block); break;
+      default: return internalError(a.name, " cannot run zero-copy");
     }
+    return prims.status();
   }
   switch (plan.choice.algo) {
     case Algo::Direct:

@@ -42,6 +42,7 @@
 #include "platform/gpu.h"
 #include "platform/gpu_runtime.h"
 #include "util/strings.h"
+#include "window_memory.h"
 
 namespace braid::test {
 
@@ -869,6 +870,32 @@ TEST(GpuWindows, ZeroCopyOnSymmetricWindows) {
   BRAID_NEED_A_GPU(g);
   EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, {"BRAID_GPU_ZERO_COPY_MAX_BYTES=16M"}, kQuickTimeoutSec,
                       windowWork),
+            "");
+}
+
+// The whole quick sweep with its buffers in one window: every all-reduce and
+// reduce-scatter operator (prod, min, max and PreMulSum, whose scalar may
+// differ between ranks, included) and the all-gathers run the zero-copy
+// kernel, as the log proves, and every result is exact.
+TEST(GpuWindows, SweepOnAWindowRunsEveryOperatorZeroCopy) {
+  BRAID_NEED_A_GPU(g);
+  const ScopedTempDir dir("braid-gpu-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string logDir = dir.path();
+  std::vector<std::string> env = windowLogEnv(logDir);
+  env.push_back("BRAID_GPU_ZERO_COPY_MAX_BYTES=16M");
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, env, kQuickTimeoutSec,
+                      [&](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) {
+                        auto& gpu = static_cast<GpuMemory&>(memory);
+                        WindowMemory<GpuMemory> window(gpu.device(), gpu.stream(), kSyncTimeoutSec);
+                        std::string err = window.open(comm, 64u << 20);
+                        if (err.empty()) err = collSweep(comm, rank, nranks, SweepCounts::kQuick, window);
+                        if (!err.empty()) return err;  // the window goes with the aborted communicator
+                        err = window.close();
+                        if (err.empty() && logLines(logDir, {"zero-copy, mapped from all"}) != 1)
+                          err = "the window was not zero-copy";
+                        return err.empty() ? ranZeroCopy(logDir) : err;
+                      }),
             "");
 }
 

@@ -265,6 +265,80 @@ void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::v
   }
 }
 
+// PreMulSum with a scalar that differs between ranks: each rank's scalar
+// scales its own input only (NCCL's definition), given by value and by
+// pointer in `mem`. All-reduce, reduce-scatter and reduce, in place and
+// out of place. Sums of small integers: exact in every type run here.
+template <typename T>
+void runPerRankScalars(ncclComm_t comm, ncclDataType_t type, int rank, int n, SweepMemory& mem,
+                       Failure* fail) {
+  if (!fail->text.empty()) return;
+  auto valueScalar = [](int r) { return static_cast<double>(r % 3 + 1); };
+  auto pointedScalar = [](int r) { return static_cast<double>((r + 1) % 4 + 1); };
+  T mineByValue = make<T>(valueScalar(rank));
+  SweepBuffer<T> pointed(mem, std::vector<T>{make<T>(pointedScalar(rank))});
+  ncclRedOp_t byValue, byPointer;
+  if (!pointed.error().empty()) return fail->add(strCat("type ", type, ": scalar: ", pointed.error()));
+  if (ncclRedOpCreatePreMulSum(&byValue, &mineByValue, type, ncclScalarHostImmediate, comm) != ncclSuccess ||
+      ncclRedOpCreatePreMulSum(&byPointer, pointed.data(), type, ncclScalarDevice, comm) != ncclSuccess) {
+    return fail->add(strCat("type ", type, ": ncclRedOpCreatePreMulSum: ", ncclGetLastError(comm)));
+  }
+  struct Destroy {
+    ncclComm_t comm;
+    ncclRedOp_t a, b;
+    ~Destroy() {
+      ncclRedOpDestroy(a, comm);
+      ncclRedOpDestroy(b, comm);
+    }
+  } destroy{comm, byValue, byPointer};
+  auto x = [](int r, size_t i) { return input<T>(r, i, ncclSum); };
+  for (size_t count : {size_t(1), size_t(7), size_t(1023), size_t(65537)}) {
+    for (bool inPlace : {false, true}) {
+      for (int which = 0; which < 2; ++which) {
+        const ncclRedOp_t op = which == 0 ? byValue : byPointer;
+        auto want = [&](size_t i) {
+          double acc = 0;
+          for (int r = 0; r < n; ++r) acc += (which == 0 ? valueScalar(r) : pointedScalar(r)) * x(r, i);
+          return make<T>(acc);
+        };
+        const std::string tag = strCat("type ", type, which == 0 ? " by value" : " by pointer", " count ",
+                                       count, inPlace ? " in-place" : "");
+        const std::vector<T> unwritten(inPlace ? 0 : count, sentinel<T>());
+        for (int coll = 0; coll < 3; ++coll) {  // all-reduce, reduce-scatter, reduce to rank n-1
+          const bool scatter = coll == 1;
+          const int root = n - 1;
+          std::vector<T> h(count * (scatter ? n : 1)), got;
+          for (size_t j = 0; j < h.size(); ++j) h[j] = make<T>(x(rank, j));
+          SweepBuffer<T> in(mem, h), out(mem, unwritten);
+          SweepBuffer<T>& dst = inPlace ? in : out;
+          const size_t offset = inPlace && scatter ? static_cast<size_t>(rank) * count : 0;
+          std::string e = in.error() + out.error();
+          ncclResult_t r = ncclSuccess;
+          if (e.empty()) {
+            r = coll == 0 ? ncclAllReduce(in.data(), dst.data(), count, type, op, comm, mem.stream())
+                : scatter
+                    ? ncclReduceScatter(in.data(), dst.data() + offset, count, type, op, comm, mem.stream())
+                    : ncclReduce(in.data(), dst.data(), count, type, op, root, comm, mem.stream());
+            e = callError(r, comm);
+          }
+          if (e.empty()) e = mem.synchronize(comm);
+          const bool holds = coll != 2 || rank == root;
+          if (e.empty() && holds) e = dst.download(&got, offset, count);
+          const char* name = coll == 0 ? "allreduce" : scatter ? "reducescatter" : "reduce";
+          if (!e.empty()) return fail->add(strCat("per-rank PreMulSum ", name, " ", tag, ": ", e));
+          for (size_t i = 0; holds && i < count; ++i) {
+            const T w = want(scatter ? static_cast<size_t>(rank) * count + i : i);
+            if (!same(got[i], w)) {
+              return fail->add(strCat("per-rank PreMulSum ", name, " ", tag, " at ", i, ": ", value(got[i]),
+                                      " vs ", value(w)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 SweepCounts sweepCountsFromEnv() {
@@ -291,6 +365,10 @@ std::string collSweep(ncclComm_t comm, int rank, int n, SweepCounts counts, Swee
   runType<BFloat16>(comm, ncclBfloat16, rank, n, small, memory, &fail, &iteration);
   runType<Fp8E4M3>(comm, ncclFloat8e4m3, rank, n, small, memory, &fail, &iteration);
   runType<Fp8E5M2>(comm, ncclFloat8e5m2, rank, n, small, memory, &fail, &iteration);
+  runPerRankScalars<float>(comm, ncclFloat32, rank, n, memory, &fail);
+  runPerRankScalars<int32_t>(comm, ncclInt32, rank, n, memory, &fail);
+  runPerRankScalars<double>(comm, ncclFloat64, rank, n, memory, &fail);
+  runPerRankScalars<BFloat16>(comm, ncclBfloat16, rank, n, memory, &fail);
   return fail.text;
 }
 

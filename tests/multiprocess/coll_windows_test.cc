@@ -19,78 +19,19 @@
 #include "coll_sweep.h"
 #include "harness.h"
 #include "util/strings.h"
+#include "window_memory.h"
 
 namespace braid::test {
 namespace {
 
 const bool kHostBackend = (setenv("BRAID_BACKEND", "host", 0), true);
 
-// Sweep buffers carved from one ncclMemAlloc arena registered as a window
-// on the communicator. Every rank makes the same allocations in the same
-// order, so a buffer sits in the window on every rank or on none.
-class WindowMemory final : public HostMemory {
- public:
-  std::string open(ncclComm_t comm, size_t bytes) {
-    comm_ = comm;
-    size_ = bytes;
-    std::string err = check(ncclMemAlloc(&arena_, bytes), "ncclMemAlloc");
-    if (err.empty())
-      err = check(ncclCommWindowRegister(comm, arena_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC),
-                  "ncclCommWindowRegister");
-    return err;
-  }
-  std::string close() {
-    std::string err;
-    if (win_ != nullptr) err += check(ncclCommWindowDeregister(comm_, win_), "ncclCommWindowDeregister");
-    if (arena_ != nullptr) err += check(ncclMemFree(arena_), "ncclMemFree");
-    win_ = nullptr, arena_ = nullptr;
-    return err;
-  }
-  // A bump allocator, rewound when every buffer is free again.
-  std::string alloc(size_t bytes, void** p) override {
-    const size_t need = (bytes + 63) / 64 * 64;
-    if (bytes == 0 || used_ + need > size_) return HostMemory::alloc(bytes, p);
-    *p = static_cast<char*>(arena_) + used_;
-    used_ += need;
-    ++live_;
-    return "";
-  }
-  void free(void* p) override {
-    char* c = static_cast<char*>(p);
-    if (c < static_cast<char*>(arena_) || c >= static_cast<char*>(arena_) + size_) return HostMemory::free(p);
-    if (--live_ == 0) used_ = 0;
-  }
-
- private:
-  ncclComm_t comm_ = nullptr;
-  void* arena_ = nullptr;
-  ncclWindow_t win_ = nullptr;
-  size_t size_ = 0, used_ = 0;
-  int live_ = 0;
-};
-
-// Lines of this process's log (NCCL_DEBUG_FILE=<dir>/%p.log) holding
-// `text` (and `also`, if given).
-int logLines(const std::string& dir, const std::string& text, const std::string& also = "") {
-  std::ifstream in(strCat(dir, "/", getpid(), ".log"));
-  int lines = 0;
-  for (std::string line; std::getline(in, line);) {
-    lines += line.find(text) != std::string::npos && line.find(also) != std::string::npos;
-  }
-  return lines;
-}
-
-// "" if the log shows every collective that can run zero-copy doing so.
-std::string ranZeroCopy(const std::string& logDir) {
-  for (const char* name : {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter"}) {
-    if (logLines(logDir, name, "Direct/Simple zero-copy,") == 0) return strCat("no ", name, " ran zero-copy");
-  }
-  return "";
-}
+using HostWindowMemory = WindowMemory<HostMemory>;
 
 std::vector<std::string> windowEnv(const std::string& logDir) {
-  return {"BRAID_BOOTSTRAP_TIMEOUT=20", "BRAID_STALL_TIMEOUT=30", "NCCL_DEBUG=INFO",
-          "NCCL_DEBUG_SUBSYS=COLL,ALLOC", "NCCL_DEBUG_FILE=" + logDir + "/%p.log"};
+  std::vector<std::string> env = {"BRAID_BOOTSTRAP_TIMEOUT=20", "BRAID_STALL_TIMEOUT=30"};
+  for (const std::string& e : windowLogEnv(logDir)) env.push_back(e);
+  return env;
 }
 
 // One rank: init, window, the sweep on it, and proof from the log that
@@ -100,12 +41,12 @@ std::string sweepOnWindow(const ncclUniqueId& id, int rank, int n, SweepCounts c
   ncclComm_t comm = nullptr;
   std::string err = check(ncclCommInitRank(&comm, n, id, rank), "init");
   if (!err.empty()) return err;
-  WindowMemory memory;
+  HostWindowMemory memory;
   err = memory.open(comm, 64u << 20);
   if (err.empty()) err = collSweep(comm, rank, n, counts, memory);
   err += memory.close();
   err += check(ncclCommDestroy(comm), "destroy");
-  if (err.empty() && logLines(logDir, "zero-copy, mapped from all") != 1)
+  if (err.empty() && logLines(logDir, {"zero-copy, mapped from all"}) != 1)
     err = "the window was not zero-copy";
   return err.empty() ? ranZeroCopy(logDir) : err;
 }
@@ -153,7 +94,7 @@ TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
         std::vector<std::thread> threads;
         for (int r = 0; r < n; ++r) {
           threads.emplace_back([&, r] {
-            WindowMemory memory;
+            HostWindowMemory memory;
             errs[r] = memory.open(comms[r], 16u << 20);
             if (errs[r].empty()) errs[r] = collSweep(comms[r], r, n, SweepCounts::kQuick, memory);
             errs[r] += memory.close();
@@ -163,7 +104,7 @@ TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
         for (int r = 0; r < n; ++r) {
           err += errs[r] + check(ncclCommDestroy(comms[r]), "destroy");
         }
-        if (err.empty() && logLines(logDir, "zero-copy, mapped from all") != n)
+        if (err.empty() && logLines(logDir, {"zero-copy, mapped from all"}) != n)
           err = "a window was not zero-copy";
         return err.empty() ? ranZeroCopy(logDir) : err;
       },
@@ -242,9 +183,9 @@ TEST(CollWindowsFallback, WindowsOnPlainMemoryUseTheFifos) {
         }
         err += check(ncclCommWindowDeregister(comm, win), "deregister");
         err += check(ncclCommDestroy(comm), "destroy");
-        if (err.empty() && logLines(logDir, "not memory from ncclMemAlloc") != 1)
+        if (err.empty() && logLines(logDir, {"not memory from ncclMemAlloc"}) != 1)
           err = "no reason was logged";
-        if (err.empty() && logLines(logDir, "zero-copy,") != 0) err = "an all-reduce ran zero-copy";
+        if (err.empty() && logLines(logDir, {"zero-copy,"}) != 0) err = "an all-reduce ran zero-copy";
         return err;
       },
       120, env);

@@ -85,7 +85,7 @@ struct DevSymSlot {
   uint64_t arrive;  // the sender's call number on this channel: it entered
   uint64_t done;    // ... and finished
   uint64_t key;     // what the sender passed (windows and offsets), to check
-  uint64_t pad;
+  uint64_t scalar;  // the sender's PreMulSum scalar (its bits), which scales its input
 };
 // One rank's barrier memory: slots[channel][sender], then its own call
 // counters per channel (never read by peers; kept on the GPU so that graph
@@ -98,6 +98,8 @@ struct DevSymArgs {
   DevColl coll = DevColl::AllReduce;
   int32_t rank = 0, nranks = 1, nChannels = 1;
   int32_t avgDivisor = 0;
+  uint64_t scalar = 0;              // PreMulSum: this rank's scalar, its bits
+  const void* scalarPtr = nullptr;  // or where to read it when the kernel runs (ncclScalarDevice)
   // Elements (all-gather: bytes) of one rank's buffer; all-gather and
   // reduce-scatter: of one rank's block, blocks `count` apart.
   uint64_t count = 0;

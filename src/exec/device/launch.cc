@@ -9,7 +9,7 @@ namespace {
 struct TypeKernels {
   ncclDataType_t type;
   Status (*coll)(DevOp, Protocol, const DevCollLaunch&, void*);
-  Status (*sym)(const DevSymArgs&, void*);
+  Status (*sym)(DevOp, const DevSymArgs&, void*);
 };
 constexpr TypeKernels kTypeKernels[] = {
 #if BRAID_KERNEL_i8
@@ -73,11 +73,11 @@ Status launchCollectives(const KernelKey& key, const DevCollLaunch& l, void* str
   return k->coll(key.op, key.proto, l, stream);
 }
 
-Status launchSymmetric(ncclDataType_t type, bool move, const DevSymArgs& a, void* stream) {
+Status launchSymmetric(ncclDataType_t type, DevOp op, bool move, const DevSymArgs& a, void* stream) {
   if (move) return launchSymMove(a, stream);
   const TypeKernels* k = nullptr;
   BRAID_CHECK(kernelsOf(type, &k));
-  return k->sym(a, stream);
+  return k->sym(op, a, stream);
 }
 
 }  // namespace braid::device

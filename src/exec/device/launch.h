@@ -69,16 +69,16 @@ Status launchP2p(const DevP2pArgs& args, void* stream);
 // generated coll_move.hip.
 Status launchMove(Protocol proto, const DevCollLaunch& l, void* stream);
 
-// A zero-copy collective on symmetric windows (sum and average: all-reduce,
-// reduce-scatter; `move`: all-gather, on bytes), one block per channel.
-Status launchSymmetric(ncclDataType_t type, bool move, const DevSymArgs& a, void* stream);
+// A zero-copy collective on symmetric windows (all-reduce and reduce-scatter
+// with any operator; `move`: all-gather, on bytes), one block per channel.
+Status launchSymmetric(ncclDataType_t type, DevOp op, bool move, const DevSymArgs& a, void* stream);
 Status launchSymMove(const DevSymArgs& a, void* stream);
 
 // Per-type entry points of the reducing collectives, defined by the generated
 // coll_<type>.hip sources.
 #define BRAID_DECLARE_KLAUNCH(name)                                                         \
   Status launchColl_##name(DevOp op, Protocol proto, const DevCollLaunch& l, void* stream); \
-  Status launchSym_##name(const DevSymArgs& a, void* stream);
+  Status launchSym_##name(DevOp op, const DevSymArgs& a, void* stream);
 BRAID_DECLARE_KLAUNCH(i8)
 BRAID_DECLARE_KLAUNCH(u8)
 BRAID_DECLARE_KLAUNCH(i32)

@@ -29,6 +29,7 @@ struct alignas(128) SymSlot {
   std::atomic<uint64_t> arrive{0};  // sequence number of the collective whose buffers are below
   std::atomic<uint64_t> done{0};    // sequence number of the last collective this rank finished
   uint64_t sendWindow = 0, sendOffset = 0, recvWindow = 0, recvOffset = 0;
+  uint64_t scalar = 0;  // PreMulSum: the rank's scalar (its bits), which scales its input
 };
 
 // Where rank `rank` mapped window `window` of each peer: the communicator's
@@ -71,6 +72,10 @@ class HostSymPrims {
     mine->sendOffset = call_.sendOffset;
     mine->recvWindow = call_.recvWindow;
     mine->recvOffset = call_.recvOffset;
+    if constexpr (Op::kHasPre) {
+      mine->scalar = 0;
+      std::memcpy(&mine->scalar, &op_.scalar, sizeof(T));
+    }
     mine->arrive.store(seq, std::memory_order_release);
     for (int q = 0; q < call_.nranks; ++q) {
       const SymSlot* s = call_.slots[q];
@@ -82,6 +87,7 @@ class HostSymPrims {
         return false;
       }
       in_[q] = reinterpret_cast<const T*>(sendBase + s->sendOffset) + call_.channelOffset;
+      if constexpr (Op::kHasPre) scalars_[(q - call_.rank + call_.nranks) % call_.nranks] = s->scalar;
       out_[q] = reinterpret_cast<T*>(recvBase + s->recvOffset) + call_.channelOffset;
     }
     return true;
@@ -90,9 +96,28 @@ class HostSymPrims {
   const T* input(int q) const { return in_[q]; }
   T* output(int q) const { return out_[q]; }
 
+  // src[j] is rank (rank() + j) % nranks()'s (collectives/symmetric.h).
   void reduceCopy(const T* const* src, int nsrc, T* const* dst, int ndst, size_t offset, size_t n) {
     if (n == 0) return;
     T* d = dst[0] + offset;
+    if constexpr (Op::kHasPre) {  // every source scaled by its rank's scalar
+      const Op o0 = sourceOp(0);
+      const T* a = src[0] + offset;
+      if (nsrc == 1) {
+        for (size_t i = 0; i < n; ++i) d[i] = o0.pre(a[i]);
+      } else {
+        const Op o1 = sourceOp(1);
+        const T* b = src[1] + offset;
+        for (size_t i = 0; i < n; ++i) d[i] = op_(o0.pre(a[i]), o1.pre(b[i]));
+      }
+      for (int j = 2; j < nsrc; ++j) {
+        const Op o = sourceOp(j);
+        const T* b = src[j] + offset;
+        for (size_t i = 0; i < n; ++i) d[i] = op_(d[i], o.pre(b[i]));
+      }
+      for (int k = 1; k < ndst; ++k) copyElems(dst[k] + offset, d, n);
+      return;
+    }
     if (nsrc == 1) {
       for (int k = 0; k < ndst; ++k) {
         if (dst[k] != src[0]) copyElems(dst[k] + offset, src[0] + offset, n);
@@ -118,6 +143,12 @@ class HostSymPrims {
   }
 
  private:
+  // The operator whose pre() source j's data goes through.
+  Op sourceOp(int j) const {
+    Op o = op_;
+    if constexpr (Op::kHasPre) std::memcpy(&o.scalar, &scalars_[j], sizeof(T));
+    return o;
+  }
   // Waits until `flag` (rank q's) reaches this collective's sequence number.
   bool meet(const std::atomic<uint64_t>& flag, int q, const char* what) {
     const uint64_t seq = ctx_.seq;
@@ -149,6 +180,7 @@ class HostSymPrims {
   Status status_;
   const T* in_[kMaxSymRanks] = {};
   T* out_[kMaxSymRanks] = {};
+  uint64_t scalars_[kMaxSymRanks] = {};  // PreMulSum: by source index, as reduceCopy's
 };
 
 }  // namespace braid
