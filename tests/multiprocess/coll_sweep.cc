@@ -102,6 +102,34 @@ struct Failure {
   }
 };
 
+// Two PreMulSum operators on `comm`: one whose scalar is given by value,
+// one by pointer (ncclScalarDevice, read when each collective runs).
+// Destroyed with this object.
+class PreMulSumOps {
+ public:
+  // "" on success, else what failed.
+  std::string create(ncclComm_t comm, ncclDataType_t type, void* valueScalar, void* pointedScalar) {
+    comm_ = comm;
+    if (ncclRedOpCreatePreMulSum(&byValue, valueScalar, type, ncclScalarHostImmediate, comm) != ncclSuccess)
+      return strCat("type ", type, ": ncclRedOpCreatePreMulSum: ", ncclGetLastError(comm));
+    haveValue_ = true;
+    if (ncclRedOpCreatePreMulSum(&byPointer, pointedScalar, type, ncclScalarDevice, comm) != ncclSuccess)
+      return strCat("type ", type, ": ncclRedOpCreatePreMulSum: ", ncclGetLastError(comm));
+    havePointer_ = true;
+    return "";
+  }
+  ~PreMulSumOps() {
+    if (haveValue_) ncclRedOpDestroy(byValue, comm_);
+    if (havePointer_) ncclRedOpDestroy(byPointer, comm_);
+  }
+
+  ncclRedOp_t byValue{}, byPointer{};
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  bool haveValue_ = false, havePointer_ = false;
+};
+
 template <typename T>
 void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::vector<size_t>& counts,
              SweepMemory& mem, Failure* fail, int* iteration) {
@@ -117,19 +145,9 @@ void runType(ncclComm_t comm, ncclDataType_t type, int rank, int n, const std::v
   SweepBuffer<T> pointed(mem, std::vector<T>{make<T>(5)});
   if (!pointed.error().empty())
     return fail->add(strCat("type ", type, ": PreMulSum scalar: ", pointed.error()));
-  ncclRedOp_t byValue, byPointer;
-  if (ncclRedOpCreatePreMulSum(&byValue, &two, type, ncclScalarHostImmediate, comm) != ncclSuccess ||
-      ncclRedOpCreatePreMulSum(&byPointer, pointed.data(), type, ncclScalarDevice, comm) != ncclSuccess) {
-    return fail->add(strCat("type ", type, ": ncclRedOpCreatePreMulSum: ", ncclGetLastError(comm)));
-  }
-  struct Destroy {
-    ncclComm_t comm;
-    ncclRedOp_t a, b;
-    ~Destroy() {
-      ncclRedOpDestroy(a, comm);
-      ncclRedOpDestroy(b, comm);
-    }
-  } destroy{comm, byValue, byPointer};
+  PreMulSumOps preMulSum;
+  if (std::string e = preMulSum.create(comm, type, &two, pointed.data()); !e.empty()) return fail->add(e);
+  const ncclRedOp_t byValue = preMulSum.byValue, byPointer = preMulSum.byPointer;
   if (std::string e = pointed.upload({two}); !e.empty()) {
     return fail->add(strCat("type ", type, ": PreMulSum scalar: ", e));
   }
@@ -277,25 +295,15 @@ void runPerRankScalars(ncclComm_t comm, ncclDataType_t type, int rank, int n, Sw
   auto pointedScalar = [](int r) { return static_cast<double>((r + 1) % 4 + 1); };
   T mineByValue = make<T>(valueScalar(rank));
   SweepBuffer<T> pointed(mem, std::vector<T>{make<T>(pointedScalar(rank))});
-  ncclRedOp_t byValue, byPointer;
   if (!pointed.error().empty()) return fail->add(strCat("type ", type, ": scalar: ", pointed.error()));
-  if (ncclRedOpCreatePreMulSum(&byValue, &mineByValue, type, ncclScalarHostImmediate, comm) != ncclSuccess ||
-      ncclRedOpCreatePreMulSum(&byPointer, pointed.data(), type, ncclScalarDevice, comm) != ncclSuccess) {
-    return fail->add(strCat("type ", type, ": ncclRedOpCreatePreMulSum: ", ncclGetLastError(comm)));
-  }
-  struct Destroy {
-    ncclComm_t comm;
-    ncclRedOp_t a, b;
-    ~Destroy() {
-      ncclRedOpDestroy(a, comm);
-      ncclRedOpDestroy(b, comm);
-    }
-  } destroy{comm, byValue, byPointer};
+  PreMulSumOps preMulSum;
+  if (std::string e = preMulSum.create(comm, type, &mineByValue, pointed.data()); !e.empty())
+    return fail->add(e);
   auto x = [](int r, size_t i) { return input<T>(r, i, ncclSum); };
   for (size_t count : {size_t(1), size_t(7), size_t(1023), size_t(65537)}) {
     for (bool inPlace : {false, true}) {
       for (int which = 0; which < 2; ++which) {
-        const ncclRedOp_t op = which == 0 ? byValue : byPointer;
+        const ncclRedOp_t op = which == 0 ? preMulSum.byValue : preMulSum.byPointer;
         auto want = [&](size_t i) {
           double acc = 0;
           for (int r = 0; r < n; ++r) acc += (which == 0 ? valueScalar(r) : pointedScalar(r)) * x(r, i);
