@@ -161,6 +161,19 @@ struct DevConn {
   // size and protocol here (DevStepWord) before it publishes tail, so the
   // proxy knows what to send.
   uint64_t* sizes = nullptr;
+  // In-process GPU peers only (null otherwise): the mailbox in the sender's
+  // block (DevDirectBox) through which the receiver of a large message hands
+  // the sender its buffer, which the sender then writes directly instead of
+  // through the FIFO (transports/p2p, "direct writes").
+  uint64_t* box = nullptr;
+};
+
+// The mailbox's words: the receiver stores its buffer and size, then (after
+// a system fence) the step the message starts at, plus one; the sender
+// polls that word. A null buffer means "through the FIFO after all" (one
+// the sender's GPU must not write, such as pool or host memory).
+struct DevDirectBox {
+  static constexpr int kStep = 0, kBuffer = 1, kBytes = 2;
 };
 
 // What a sender records for step s of a net connector: (s + 1) in bits
@@ -188,6 +201,7 @@ struct DevConnLayout {
   static constexpr size_t kCounter = 0;  // tail (receiver's block) or head (sender's block)
   static constexpr size_t kStep = 64;
   static constexpr size_t kSizes = 128;  // receiver's block: kConnectorSteps DevStepWords (net connectors)
+  static constexpr size_t kBox = 128;    // sender's block: DevDirectBox (in-process GPU peers)
   static size_t simpleOffset() { return kDevCountersBytes; }
   static size_t llOffset(size_t slotBytes) { return kDevCountersBytes + kConnectorSteps * slotBytes; }
   static size_t ll128Offset(size_t slotBytes) {
@@ -196,6 +210,8 @@ struct DevConnLayout {
 };
 static_assert(DevConnLayout::kSizes + kConnectorSteps * sizeof(uint64_t) <= kDevCountersBytes,
               "the step words fit in the counters area");
+static_assert(DevConnLayout::kBox + 3 * sizeof(uint64_t) <= kDevCountersBytes,
+              "the mailbox fits in the counters area");
 
 // A net connector's end (a peer on another host): both blocks in one
 // allocation of host memory this rank's GPU maps, the receiver's block

@@ -27,6 +27,10 @@ StringParam paramHostId("HOSTID", "",
 SizeParam paramGpuP2pStep("GPU_P2P_STEP", 256u << 10,
                         "GPU backend: bytes of one point-to-point FIFO step between GPUs (the slot size of "
                         "the peer connectors used by send/receive and the one-shot all-reduce)");
+SizeParam paramGpuP2pDirectMin(
+    "GPU_P2P_DIRECT_MIN_BYTES", 512u << 10,
+    "GPU backend: a send to a rank of the same process is written straight into the receiver's buffer, "
+    "skipping the FIFO, where a channel's part of it is at least this large (0: never)");
 SizeParam paramBuffSize("BUFFSIZE", 4u << 20,
                          "Bytes of each connector's FIFO (all its steps together); larger moves more per step");
 IntParam paramStallTimeout("STALL_TIMEOUT", 300,
@@ -193,6 +197,10 @@ double Communicator::stallTimeoutSeconds() const { return static_cast<double>(pa
 
 size_t Communicator::gpuP2pStepBytes() const {
   return std::max<size_t>(64, static_cast<size_t>(paramGpuP2pStep.get()) / 64 * 64);
+}
+
+size_t Communicator::gpuP2pDirectMinBytes() const {
+  return static_cast<size_t>(paramGpuP2pDirectMin.get());
 }
 
 size_t Communicator::p2pSlotBytes() const {

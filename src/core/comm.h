@@ -194,6 +194,9 @@ class Communicator : public StallListener {
   size_t p2pSlotBytes() const;
   // GPU backend: the slot of a point-to-point connector (BRAID_GPU_P2P_STEP).
   size_t gpuP2pStepBytes() const;
+  // GPU backend: the smallest channel part of a send written straight into
+  // a receiver of this process (BRAID_GPU_P2P_DIRECT_MIN_BYTES; 0: never).
+  size_t gpuP2pDirectMinBytes() const;
   // BRAID_STALL_TIMEOUT: how long an operation may make no progress.
   double stallTimeoutSeconds() const;
 

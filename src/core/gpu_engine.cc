@@ -14,6 +14,7 @@
 #include "core/p2p.h"
 #include "core/redops.h"
 #include "exec/device/launch.h"
+#include "platform/gpu.h"
 #include "platform/gpu_runtime.h"
 #include "topology/trees.h"
 #include "transports/p2p/p2p_transport.h"
@@ -42,6 +43,21 @@ constexpr size_t kSelfCopyMaxBlocks = 8;
 Status gpuCheck(hipError_t e, const char* what) {
   if (e == hipSuccess) return okStatus();
   return Status(ncclUnhandledCudaError, strCat(what, ": ", hipGetErrorString(e)));
+}
+
+// Whether another GPU of this process may write `buf` of this rank's GPU
+// directly: memory the runtime's allocator gave (peer access, enabled when
+// the connectors were made, covers it). Stream-ordered pools and virtual
+// memory mappings need access granted per allocation, which is theirs to
+// give; an IPC handle exists for none of them, nor for host memory, so
+// those stay on the FIFO.
+bool peerWritable(const void* buf, int device) {
+  int owner = -1;
+  if (!gpuPointerDevice(buf, &owner).ok() || owner != device) return false;
+  hipIpcMemHandle_t h;
+  if (hipIpcGetMemHandle(&h, const_cast<void*>(buf)) == hipSuccess) return true;
+  (void)hipGetLastError();
+  return false;
 }
 
 uint32_t ringTag(int c) { return 0x47520000u + 4u * static_cast<uint32_t>(c); }
@@ -501,11 +517,21 @@ Status GpuEngineImpl::deviceStatus() const {
   s.waitingFor = v->waitingFor;
   s.step = v->step;
   if (s.code == device::kDevAborted) return invalidUsage("a GPU kernel was aborted (ncclCommAbort)");
+  if (s.code == device::kDevMismatch && s.waitingFor == 4) {
+    return invalidUsage("a send to rank ", s.peer, " on channel ", s.channel,
+                        " differs in size from the receive that rank posted for it: a send and its receive "
+                        "must have the same count and datatype");
+  }
   if (s.code == device::kDevMismatch) {
     return invalidUsage("zero-copy collective #", s.step, " on channel ", s.channel, ": rank ", s.peer,
                         " runs another collective or passed other windows or offsets "
                         "(ncclCommWindowRegister): every rank must pass its buffers at the same offsets "
                         "of the same windows");
+  }
+  if (s.waitingFor == 4) {
+    return remoteError("a GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ", s.channel,
+                       " for rank ", s.peer, " to post the receive of a large send (step ", s.step,
+                       "); that rank may be stuck or may not receive it");
   }
   if (s.waitingFor >= 2) {
     return remoteError("a zero-copy GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ",
@@ -888,9 +914,24 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
   }
   DevP2pArgs args;
   args.nranks = comm_->nranks();
+  args.directMinBytes = comm_->gpuP2pDirectMinBytes();
   args.ctx = ctx();
   args.sendConns = devPeerSend_;
   args.recvConns = devPeerRecv_;
+  // Receives large enough for direct writes: may the sender's GPU write them?
+  // (Asked only where the peer is in this process; elsewhere the kernel
+  // ignores the answer.)
+  std::vector<char> writable(remote.size(), 0);
+  for (size_t i = 0; i < remote.size() && args.directMinBytes != 0; ++i) {
+    const P2pOp* op = remote[i];
+    if (op->isSend || !comm_->sameProcess(op->peer)) continue;
+    uint64_t lo = 0, len = 0;
+    device::channelPart(op->bytes, 1, p2pChannelsFor(op->bytes), 0, &lo, &len);
+    if (len < args.directMinBytes) continue;
+    writable[i] = peerWritable(op->recvBuf, device_) ? 1 : 0;
+    BRAID_TRACE(kLogP2p, "receive of %zu bytes from rank %d: %s", op->bytes, op->peer,
+                writable[i] ? "direct writes" : "through the FIFO (not memory the peer's GPU may write)");
+  }
   for (size_t first = 0; first < remote.size();) {
     size_t last = first + 1;
     while (last < remote.size() && !linkBefore(remote[first], remote[last])) ++last;
@@ -916,6 +957,7 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
                                : static_cast<char*>(op->recvBuf);
         uint64_t lo = 0, len = 0;
         device::channelPart(op->bytes, 1, k, c, &lo, &len);
+        if (writable[i] != 0 && len >= args.directMinBytes) len |= device::kDevP2pWritable;
         args.segs[args.nSegs++] = {buf + lo, len};
       }
       b.segEnd = static_cast<int16_t>(args.nSegs);

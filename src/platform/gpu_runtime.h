@@ -56,6 +56,12 @@ inline hipError_t hipDeviceCanAccessPeer(int* can, int d, int peer) { return cud
 inline hipError_t hipDeviceEnablePeerAccess(int peer, unsigned flags) { return cudaDeviceEnablePeerAccess(peer, flags); }
 inline hipError_t hipMalloc(void** p, size_t n) { return cudaMalloc(p, n); }
 inline hipError_t hipFree(void* p) { return cudaFree(p); }
+inline hipError_t hipMallocAsync(void** p, size_t n, hipStream_t s) {
+  return cudaMallocAsync(p, n, s);
+}
+inline hipError_t hipFreeAsync(void* p, hipStream_t s) {
+  return cudaFreeAsync(p, s);
+}
 inline hipError_t hipHostMalloc(void** p, size_t n, unsigned flags) { return cudaHostAlloc(p, n, flags); }
 inline hipError_t hipHostFree(void* p) { return cudaFreeHost(p); }
 inline hipError_t hipHostRegister(void* p, size_t n, unsigned flags) {

@@ -535,6 +535,177 @@ TEST(GpuP2pHostMemory, P2pOffMovesEveryConnectorToHostMemory) {
   EXPECT_EQ(connectorsInHostMemory(threads.path()), "") << "ranks in one process";
 }
 
+// --- (f3): direct writes between GPUs of one process --------------------------
+
+// Receives of `kind` memory from the previous rank, `count` floats each, one
+// thread driving every rank in one group: "" if every receive holds what
+// its sender sent.
+enum class RecvMemory { kMalloc, kInterior, kPool, kPinnedHost };
+std::string sendAroundInto(const std::vector<ncclComm_t>& comms,
+                           std::vector<std::unique_ptr<GpuMemory>>& mems, RecvMemory kind, size_t count) {
+  const int n = static_cast<int>(comms.size());
+  const size_t bytes = count * sizeof(float);
+  const size_t skip = kind == RecvMemory::kInterior ? 4096 + 64 : 0;  // bytes before the receive buffer
+  auto val = [](int r, size_t i) { return static_cast<float>(r * 1000 + static_cast<int>(i % 977)); };
+  std::vector<char*> sends(n, nullptr), allocs(n, nullptr);
+  std::string err;
+  for (int r = 0; r < n && err.empty(); ++r) {
+    hipStream_t s = static_cast<hipStream_t>(mems[r]->stream());
+    err = hipCheck(hipSetDevice(mems[r]->device()), "hipSetDevice");
+    if (err.empty()) err = hipCheck(hipMalloc(reinterpret_cast<void**>(&sends[r]), bytes), "hipMalloc");
+    void* a = nullptr;
+    if (err.empty()) {
+      switch (kind) {
+        case RecvMemory::kMalloc:
+        case RecvMemory::kInterior: err = hipCheck(hipMalloc(&a, skip + bytes), "hipMalloc"); break;
+        case RecvMemory::kPool: err = hipCheck(hipMallocAsync(&a, bytes, s), "hipMallocAsync"); break;
+        case RecvMemory::kPinnedHost: err = hipCheck(hipHostMalloc(&a, bytes, 0), "hipHostMalloc"); break;
+      }
+    }
+    allocs[r] = static_cast<char*>(a);
+    std::vector<float> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = val(r, i);
+    if (err.empty())
+      err = hipCheck(hipMemcpyAsync(sends[r], h.data(), bytes, hipMemcpyHostToDevice, s), "upload");
+    if (err.empty()) err = hipCheck(hipMemsetAsync(allocs[r] + skip, 0xff, bytes, s), "hipMemsetAsync");
+    if (err.empty()) err = hipCheck(hipStreamSynchronize(s), "hipStreamSynchronize");
+  }
+  if (err.empty()) {
+    ncclGroupStart();
+    for (int r = 0; r < n; ++r) {
+      ncclSend(sends[r], count, ncclFloat32, (r + 1) % n, comms[r], mems[r]->stream());
+      ncclRecv(allocs[r] + skip, count, ncclFloat32, (r - 1 + n) % n, comms[r], mems[r]->stream());
+    }
+    err = check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < n && err.empty(); ++r) err = mems[r]->synchronize(comms[r]);
+  }
+  std::vector<float> got(count);
+  for (int r = 0; r < n && err.empty(); ++r) {
+    (void)hipSetDevice(mems[r]->device());
+    err = hipCheck(hipMemcpy(got.data(), allocs[r] + skip, bytes, hipMemcpyDefault), "download");
+    for (size_t i = 0; i < count && err.empty(); ++i) {
+      if (got[i] != val((r - 1 + n) % n, i)) err = strCat("GPU ", r, " received ", got[i], " at ", i);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    (void)hipSetDevice(mems[r]->device());
+    hipStream_t s = static_cast<hipStream_t>(mems[r]->stream());
+    if (sends[r] != nullptr) (void)hipFree(sends[r]);
+    if (allocs[r] == nullptr) continue;
+    if (kind == RecvMemory::kPool) {
+      (void)hipFreeAsync(allocs[r], s);
+      (void)hipStreamSynchronize(s);
+    } else {
+      (void)(kind == RecvMemory::kPinnedHost ? hipHostFree(allocs[r]) : hipFree(allocs[r]));
+    }
+  }
+  return err;
+}
+
+// Ranks of one process (one thread driving every GPU): sends whose channel
+// parts reach BRAID_GPU_P2P_DIRECT_MIN_BYTES (4 KiB here) are written
+// straight into the receiver's buffer, where the sender's GPU may write it
+// (the runtime allocator's memory, at any offset); pool and pinned host
+// memory are received through the FIFO instead. The group checks (sends of
+// 1 to 1M+3 floats among collectives) and sends into each kind of memory
+// must deliver every element; the TRACE log must show connectors set up
+// for direct writes and each receive taking the path its memory allows.
+TEST(GpuP2pDirect, LargeSendsOfOneProcessWriteTheReceiveBuffer) {
+  BRAID_NEED_A_GPU(g);
+  const ScopedTempDir dir("braid-direct-");
+  ASSERT_FALSE(dir.path().empty());
+  auto body = [g, &dir]() -> std::string {
+    std::string err = driveInGroups(g);
+    if (!err.empty()) return "group checks: " + err;
+    std::vector<ncclComm_t> comms;
+    err = initAll(g, &comms);
+    if (!err.empty()) return err;
+    std::vector<std::unique_ptr<GpuMemory>> mems;
+    std::vector<hipStream_t> streams(static_cast<size_t>(g.ranks), nullptr);
+    for (int r = 0; r < g.ranks && err.empty(); ++r) {
+      err = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
+      if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&streams[r], hipStreamNonBlocking), "stream");
+      mems.push_back(std::make_unique<GpuMemory>(g.deviceOf(r), streams[r], kSyncTimeoutSec));
+    }
+    const size_t count = (size_t(8) << 20) / sizeof(float) + 3;
+    const std::pair<RecvMemory, const char*> kinds[] = {{RecvMemory::kMalloc, "hipMalloc"},
+                                                        {RecvMemory::kInterior, "inside a hipMalloc"},
+                                                        {RecvMemory::kPool, "hipMallocAsync"},
+                                                        {RecvMemory::kPinnedHost, "pinned host memory"}};
+    for (const auto& [kind, name] : kinds) {
+      if (err.empty()) err = sendAroundInto(comms, mems, kind, count);
+      if (!err.empty()) err = strCat(name, ": ", err);
+    }
+    bool wedged = false;
+    for (auto& m : mems) wedged = wedged || m->wedged();
+    for (hipStream_t s : streams)
+      if (s != nullptr && !wedged) (void)hipStreamDestroy(s);
+    err += endAll(comms, !err.empty());
+    if (!err.empty()) return err;
+    // Every rank sets up its connectors for direct writes; each receive of
+    // the four kinds logs its path (the group checks' 65537 and 1M+3 float
+    // sends add two direct ones per rank).
+    const int ranks = g.ranks;
+    const int connectors = logLines(dir.path(), {"direct pointer, direct writes"});
+    const std::string recvOf = strCat("receive of ", count * sizeof(float), " bytes");
+    const int direct = logLines(dir.path(), {recvOf, ": direct writes"});
+    const int fifo = logLines(dir.path(), {recvOf, ": through the FIFO"});
+    const int groupDirect = logLines(dir.path(), {"receive of", ": direct writes"}) - direct;
+    if (connectors < 2 * ranks) return strCat("only ", connectors, " connectors set up for direct writes");
+    if (direct != 2 * ranks || fifo != 2 * ranks || groupDirect < 2 * ranks) {
+      return strCat("receives of 8 MiB: ", direct, " direct and ", fifo, " through the FIFO, where ",
+                    2 * ranks, " of each were expected; group checks: ", groupDirect, " direct");
+    }
+    return "";
+  };
+  const std::vector<std::string> env = {"BRAID_GPU_P2P_DIRECT_MIN_BYTES=4096", "NCCL_DEBUG=TRACE",
+                                        "NCCL_DEBUG_SUBSYS=P2P", "NCCL_DEBUG_FILE=" + dir.path() + "/%p.log"};
+  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, env), "");
+}
+
+// A large send whose receiver never posts its buffer: the sender's kernel
+// waits for the receiver's mailbox, and must end at the stall timeout with
+// an error that names the wait, never hang. (The connectors are made by a
+// matched send first: making them needs both ranks.)
+TEST(GpuP2pDirect, ASendNobodyReceivesFailsAtTheStallTimeout) {
+  BRAID_NEED_A_GPU(g);
+  auto body = [g]() -> std::string {
+    std::vector<ncclComm_t> comms;
+    std::string err = initAll(g, &comms);
+    if (!err.empty()) return err;
+    std::vector<std::unique_ptr<GpuMemory>> mems;
+    std::vector<hipStream_t> streams(static_cast<size_t>(g.ranks), nullptr);
+    std::vector<void*> bufs(static_cast<size_t>(g.ranks), nullptr);
+    const size_t count = (size_t(8) << 20) / sizeof(float);
+    for (int r = 0; r < g.ranks && err.empty(); ++r) {
+      err = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
+      if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&streams[r], hipStreamNonBlocking), "stream");
+      if (err.empty()) err = hipCheck(hipMalloc(&bufs[r], count * sizeof(float)), "hipMalloc");
+      mems.push_back(std::make_unique<GpuMemory>(g.deviceOf(r), streams[r], kSyncTimeoutSec));
+    }
+    if (err.empty()) {
+      ncclGroupStart();
+      ncclSend(bufs[0], count, ncclFloat32, 1, comms[0], streams[0]);
+      ncclRecv(bufs[1], count, ncclFloat32, 0, comms[1], streams[1]);
+      err = check(ncclGroupEnd(), "the matched send");
+      for (int r = 0; r < 2 && err.empty(); ++r) err = mems[r]->synchronize(comms[r]);
+    }
+    if (!err.empty()) return err + endAll(comms, true);
+    const auto t0 = std::chrono::steady_clock::now();
+    err = check(ncclSend(bufs[0], count, ncclFloat32, 1, comms[0], streams[0]), "the lone send");
+    const std::string got = err.empty() ? mems[0]->synchronize(comms[0]) : err;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[ stall ] the lone send failed after %.1f s: %s\n", waited, got.c_str());
+    ncclResult_t async = ncclSuccess;
+    (void)ncclCommGetAsyncError(comms[0], &async);
+    if (async != ncclRemoteError || got.find("to post the receive") == std::string::npos) {
+      err = strCat("the lone send did not fail (ncclRemoteError) with the mailbox wait: ", got);
+    }
+    return err + endAll(comms, true);
+  };
+  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, {"BRAID_STALL_TIMEOUT=3"}), "");
+}
+
 // --- (g): algorithm, protocol, channels and buffers forced through the environment
 
 struct ForcedCase {

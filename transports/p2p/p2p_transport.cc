@@ -189,8 +189,14 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     c.head = reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kCounter);
     c.step = reinterpret_cast<uint64_t*>(local + DevConnLayout::kStep);
     c.slotBytes = slotBytes;
+    // Direct writes into the receiver's buffer: peers of one process whose
+    // blocks are both GPU memory (each GPU reaches the other's). Both ends
+    // see the same two blocks, so they agree.
+    const bool writesDirect = r.peerInProcess && h.onHost == 0 && !r.end->localOnHost_;
+    c.box = writesDirect ? reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kBox) : nullptr;
     BRAID_TRACE(kLogP2p, "%s rank %d tag %#x: %s", r.send ? "send to" : "recv from", r.peer, r.tag,
                 h.onHost          ? "host memory"
+                : writesDirect    ? "direct pointer, direct writes"
                 : r.peerInProcess ? "direct pointer"
                                   : "IPC");
   }

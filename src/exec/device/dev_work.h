@@ -39,7 +39,8 @@ struct DevStatus {
   int32_t channel;  // the block (channel) that failed first
   int32_t peer;     // the rank it waited for
   // 0: data (tail or LL flags), 1: a free slot (head); zero-copy: 2 a peer
-  // to enter, 3 a peer to finish
+  // to enter, 3 a peer to finish; 4: a receiver to hand over its buffer
+  // (direct writes; with kDevMismatch: its size differs from the send's)
   int32_t waitingFor;
   uint64_t step;
 };
@@ -136,10 +137,17 @@ static_assert(sizeof(DevCollLaunch) < 2048, "a fused launch's parameters stay we
 // blocks move matching segments in matching order. A copy block (isSend ==
 // kDevP2pCopy) moves a part of the rank's sends to itself: its segments come
 // in pairs, from and to, of equal size.
+//
+// Direct writes: on a connector with a mailbox (DevConn::box), a segment of
+// at least directMinBytes is handed over whole: the receiver posts its
+// buffer (or null, which keeps the segment on the FIFO), the sender writes
+// it straight there and publishes tail once. Both ends see the same sizes,
+// so both take the same path.
 struct DevP2pSeg {
   char* buf = nullptr;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // receives: kDevP2pWritable set if the peer's GPU may write buf
 };
+constexpr uint64_t kDevP2pWritable = 1ull << 63;
 struct DevP2pBlock {
   int32_t peer = 0;
   int32_t isSend = 0;
@@ -156,6 +164,7 @@ struct DevP2pArgsOf {
   int32_t nBlocks = 0;
   int32_t nSegs = 0;
   int32_t nranks = 1;
+  uint64_t directMinBytes = 0;  // segments this large use direct writes where they can (0: never)
   DevCtx ctx;
   const DevConn* sendConns = nullptr;  // device memory: [channel * nranks + peer]
   const DevConn* recvConns = nullptr;

@@ -192,6 +192,45 @@ class DevPrims {
     stepEach(nullptr, dsts, ns);
   }
 
+  // Direct writes (DevDirectBox; Simple, connector 0 each way): one step
+  // carries a whole message of n elements, written by the sender straight
+  // into the receiver's buffer. The receiver posts dst (null: the FIFO
+  // carries the message after all) and, with dst, waits for the data.
+  __device__ void recvDirect(uint64_t* box, T* dst, uint64_t n) {
+    if (failed_ || *sFail_ != 0) return;
+    if (threadIdx.x == 0) {
+      box[DevDirectBox::kBuffer] = reinterpret_cast<uint64_t>(dst);
+      box[DevDirectBox::kBytes] = n * sizeof(T);
+      __threadfence_system();
+      storeRelaxed(box + DevDirectBox::kStep, rstep_[0] + 1);
+    }
+    if (dst == nullptr || !begin(true, false)) return;
+    end(true, false, false, [](int) { return uint64_t(0); });
+  }
+  // The sender's: waits for the receiver's post; null if it posted no
+  // buffer (then send() through the FIFO) or the block failed.
+  __device__ T* directBuffer(const uint64_t* box, uint64_t n) {
+    __shared__ uint64_t sBuffer;
+    if (failed_) return nullptr;
+    bool bad = *sFail_ != 0;
+    if (threadIdx.x == 0 && !bad) {
+      const DevWait w{channel_, speer_[0], 4, sstep_[0]};
+      bad = !waitAtLeast(box + DevDirectBox::kStep, sstep_[0] + 1, w.peer, w.waitingFor, w.step);
+      sBuffer = bad ? 0 : loadElem(box + DevDirectBox::kBuffer);
+      if (sBuffer != 0 && loadElem(box + DevDirectBox::kBytes) != n * sizeof(T)) {
+        recordWaitFailure(ctx_, sFail_, kDevMismatch, w);
+        bad = true;
+      }
+    }
+    failed_ = __syncthreads_or(bad);
+    return failed_ ? nullptr : reinterpret_cast<T*>(sBuffer);
+  }
+  __device__ void sendDirect(const T* src, T* dst, uint64_t n) {
+    if (!begin(false, true)) return;
+    move(src, true, false, dst, false, n);
+    end(false, true, false, [n](int) { return n; });
+  }
+
   // Stores the connectors' steps for the next launch. Called once, at the end.
   __device__ void finish() {
     if (threadIdx.x != 0) return;

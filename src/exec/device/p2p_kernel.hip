@@ -3,7 +3,9 @@
 // sends to B while B sends to A, large messages both ways). Each block
 // drives one connector through its segments in order (dev_work.h), in
 // Simple steps; a segment takes at least one step, so zero-byte messages
-// still match. Copy blocks move the group's sends to oneself.
+// still match. Copy blocks move the group's sends to oneself. Large
+// segments between peers of one process skip the FIFO (dev_work.h, direct
+// writes).
 #include "exec/device/device_prims.h"
 #include "exec/device/launch.h"
 #include "exec/reduce_ops.h"
@@ -45,7 +47,17 @@ __global__ void __launch_bounds__(kDevThreads) p2pKernel(Args a) {
   const uint64_t chunk = p.maxElems();
   for (int s = blk.segBegin; s < blk.segEnd; ++s) {
     uint8_t* buf = reinterpret_cast<uint8_t*>(a.segs[s].buf);
-    const uint64_t len = a.segs[s].bytes;
+    const uint64_t len = a.segs[s].bytes & ~kDevP2pWritable;
+    if (conn->box != nullptr && a.directMinBytes != 0 && len >= a.directMinBytes) {
+      if (!blk.isSend) {
+        const bool writable = (a.segs[s].bytes & kDevP2pWritable) != 0;
+        p.recvDirect(conn->box, writable ? buf : nullptr, len);
+        if (writable) continue;
+      } else if (uint8_t* dst = p.directBuffer(conn->box, len)) {
+        p.sendDirect(buf, dst, len);
+        continue;
+      }
+    }
     uint64_t off = 0;
     do {
       const uint64_t n = len - off < chunk ? len - off : chunk;
@@ -82,6 +94,7 @@ Status launchP2p(const DevP2pArgs& args, void* stream) {
   small.nBlocks = args.nBlocks;
   small.nSegs = args.nSegs;
   small.nranks = args.nranks;
+  small.directMinBytes = args.directMinBytes;
   small.ctx = args.ctx;
   small.sendConns = args.sendConns;
   small.recvConns = args.recvConns;
