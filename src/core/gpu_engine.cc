@@ -34,11 +34,13 @@ static_assert(device::kDevMaxSymRanks == kMaxGpuSymRanks, "GPU zero-copy rank li
 
 constexpr int kPeerChannels = kGpuPeerChannels;  // connectors per pair of ranks for point-to-point
 constexpr size_t kP2pBytesPerChannel = 512u << 10;  // a send or receive gets a channel per this many bytes
-// Sends to oneself up to this size are copied by blocks of the point-to-point
-// kernel, one per kSelfCopyBytesPerBlock, at most kSelfCopyMaxBlocks.
+// Sends to oneself are copied by blocks of the point-to-point kernel, one
+// per kSelfCopyBytesPerBlock, at most kSelfCopyMaxBlocks: always up to
+// kSelfCopyInKernelMax, larger ones where peer blocks run alongside
+// (GpuEngineImpl::p2p).
 constexpr size_t kSelfCopyInKernelMax = 1u << 20;
 constexpr size_t kSelfCopyBytesPerBlock = 128u << 10;
-constexpr size_t kSelfCopyMaxBlocks = 8;
+constexpr size_t kSelfCopyMaxBlocks = 16;
 
 Status gpuCheck(hipError_t e, const char* what) {
   if (e == hipSuccess) return okStatus();
@@ -922,6 +924,7 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
   // (Asked only where the peer is in this process; elsewhere the kernel
   // ignores the answer.)
   std::vector<char> writable(remote.size(), 0);
+  size_t busiestPeerBlock = 0;  // bytes of the peer block that moves the most
   for (size_t i = 0; i < remote.size() && args.directMinBytes != 0; ++i) {
     const P2pOp* op = remote[i];
     if (op->isSend || !comm_->sameProcess(op->peer)) continue;
@@ -943,6 +946,7 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
       b.isSend = remote[first]->isSend ? 1 : 0;
       b.channel = c;
       b.segBegin = static_cast<int16_t>(args.nSegs);
+      size_t blockBytes = 0;
       for (size_t i = first; i < last; ++i) {
         const P2pOp* op = remote[i];
         const int k = p2pChannelsFor(op->bytes);
@@ -957,25 +961,33 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
                                : static_cast<char*>(op->recvBuf);
         uint64_t lo = 0, len = 0;
         device::channelPart(op->bytes, 1, k, c, &lo, &len);
+        blockBytes += len;
         if (writable[i] != 0 && len >= args.directMinBytes) len |= device::kDevP2pWritable;
         args.segs[args.nSegs++] = {buf + lo, len};
       }
+      busiestPeerBlock = std::max(busiestPeerBlock, blockBytes);
       b.segEnd = static_cast<int16_t>(args.nSegs);
     }
     first = last;
   }
-  // Sends to oneself: small ones are copy blocks of this launch (a copy of
-  // its own would cost a launch); large ones, or those that do not fit, a
-  // copy on the stream.
+  // Sends to oneself: copy blocks of this launch (a copy of its own would
+  // cost a launch, and the blocks overlap the peers' traffic), one per
+  // kSelfCopyBytesPerBlock up to kSelfCopyMaxBlocks and the blocks left, if
+  // the copy is small or its blocks carry at most twice what the busiest
+  // peer block does; otherwise a copy on the stream, which is faster than
+  // a few blocks.
   for (size_t i = 0; i < selfSends.size(); ++i) {
     const char* from = static_cast<const char*>(selfSends[i]->sendBuf);
     char* to = static_cast<char*>(selfRecvs[i]->recvBuf);
     const size_t bytes = selfSends[i]->bytes;
     if (bytes == 0 || from == to) continue;
-    const int k = static_cast<int>(std::clamp<size_t>(
-        (bytes + kSelfCopyBytesPerBlock - 1) / kSelfCopyBytesPerBlock, 1, kSelfCopyMaxBlocks));
-    if (bytes > kSelfCopyInKernelMax || args.nBlocks + k > device::kDevMaxP2pBlocks ||
-        args.nSegs + 2 * k > device::kDevMaxP2pSegs) {
+    const int k =
+        std::min({static_cast<int>(std::clamp<size_t>(
+                      (bytes + kSelfCopyBytesPerBlock - 1) / kSelfCopyBytesPerBlock, 1, kSelfCopyMaxBlocks)),
+                  device::kDevMaxP2pBlocks - args.nBlocks, (device::kDevMaxP2pSegs - args.nSegs) / 2});
+    const bool inKernel =
+        k >= 1 && (bytes <= kSelfCopyInKernelMax || bytes <= 2 * static_cast<size_t>(k) * busiestPeerBlock);
+    if (!inKernel) {
       BRAID_CHECK(
           gpuCheck(hipMemcpyAsync(to, from, bytes, hipMemcpyDefault, s), "copying a send to oneself"));
       continue;

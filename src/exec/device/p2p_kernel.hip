@@ -23,7 +23,17 @@ __device__ void copyBytes(const char* src, char* dst, uint64_t n) {
     const uint64_t packs = n / 16;
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
-    for (uint64_t i = tid; i < packs; i += kDevThreads) d[i] = s[i];
+    // Four packs in flight per thread, then one at a time.
+    constexpr uint64_t U = 4, kStride = U * kDevThreads;
+    uint64_t i = tid;
+    for (; i + (U - 1) * kDevThreads < packs; i += kStride) {
+      uint4 v[U];
+#pragma unroll
+      for (uint64_t u = 0; u < U; ++u) v[u] = s[i + u * kDevThreads];
+#pragma unroll
+      for (uint64_t u = 0; u < U; ++u) d[i + u * kDevThreads] = v[u];
+    }
+    for (; i < packs; i += kDevThreads) d[i] = s[i];
     done = packs * 16;
   }
   for (uint64_t i = done + tid; i < n; i += kDevThreads) dst[i] = src[i];
