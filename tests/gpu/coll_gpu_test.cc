@@ -633,8 +633,12 @@ TEST(GpuP2pDirect, LargeSendsOfOneProcessWriteTheReceiveBuffer) {
                                                         {RecvMemory::kPool, "hipMallocAsync"},
                                                         {RecvMemory::kPinnedHost, "pinned host memory"}};
     for (const auto& [kind, name] : kinds) {
-      if (err.empty()) err = sendAroundInto(comms, mems, kind, count);
-      if (!err.empty()) err = strCat(name, ": ", err);
+      if (!err.empty()) break;
+      err = sendAroundInto(comms, mems, kind, count);
+      if (!err.empty()) {
+        err = strCat(name, ": ", err);
+        break;
+      }
     }
     bool wedged = false;
     for (auto& m : mems) wedged = wedged || m->wedged();
