@@ -157,10 +157,15 @@ struct DevConn {
   uint64_t* head = nullptr;   // in the sender's memory: the receiver stores, the sender polls
   uint64_t* step = nullptr;   // this end's next step, in its own memory
   uint64_t slotBytes = 0;     // Simple payload per step
-  // Net connectors only (null otherwise): the sender records each step's
-  // size and protocol here (DevStepWord) before it publishes tail, so the
-  // proxy knows what to send.
+  // The step words in the receiver's block (DevStepWord, one per slot),
+  // set on both ends of every GPU connector. A sender records a step's size
+  // and protocol there before it publishes tail: on a net connector every
+  // step (its proxy needs them to send, and the receiving proxy records
+  // what it delivers), elsewhere in point-to-point kernels, whose receivers
+  // check them, so a send and a receive of different sizes fail instead of
+  // shifting every later step.
   uint64_t* sizes = nullptr;
+  bool net = false;  // the peer's end is a proxy (transports/net/proxy.h)
   // In-process GPU peers only (null otherwise): the mailbox in the sender's
   // block (DevDirectBox) through which the receiver of a large message hands
   // the sender its buffer, which the sender then writes directly instead of
@@ -200,7 +205,7 @@ struct DevConnLayout {
   // Offsets inside a block.
   static constexpr size_t kCounter = 0;  // tail (receiver's block) or head (sender's block)
   static constexpr size_t kStep = 64;
-  static constexpr size_t kSizes = 128;  // receiver's block: kConnectorSteps DevStepWords (net connectors)
+  static constexpr size_t kSizes = 128;  // receiver's block: kConnectorSteps DevStepWords
   static constexpr size_t kBox = 128;    // sender's block: DevDirectBox (in-process GPU peers)
   static size_t simpleOffset() { return kDevCountersBytes; }
   static size_t llOffset(size_t slotBytes) { return kDevCountersBytes + kConnectorSteps * slotBytes; }
@@ -255,7 +260,8 @@ struct DevNetBlock {
     c.head = reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kCounter);
     c.step = reinterpret_cast<uint64_t*>((send ? sendBlock : device) + DevConnLayout::kStep);
     c.slotBytes = slotBytes;
-    c.sizes = send ? reinterpret_cast<uint64_t*>(device + DevConnLayout::kSizes) : nullptr;
+    c.sizes = reinterpret_cast<uint64_t*>(device + DevConnLayout::kSizes);
+    c.net = true;
     return c;
   }
 };

@@ -524,6 +524,12 @@ Status GpuEngineImpl::deviceStatus() const {
                         " differs in size from the receive that rank posted for it: a send and its receive "
                         "must have the same count and datatype");
   }
+  if (s.code == device::kDevMismatch && s.waitingFor == 0) {
+    return invalidUsage("step ", s.step, " from rank ", s.peer, " on channel ", s.channel,
+                        " differs in size from what this rank's receive expects: rank ", s.peer,
+                        " sent another count or datatype, or ran another operation (a send and its "
+                        "receive must have the same count and datatype)");
+  }
   if (s.code == device::kDevMismatch) {
     return invalidUsage("zero-copy collective #", s.step, " on channel ", s.channel, ": rank ", s.peer,
                         " runs another collective or passed other windows or offsets "

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -1274,5 +1275,142 @@ TEST(GpuMultiHostFault, ARankOfTheOtherHostDiesMidCollective) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].report, "");
 }
+
+// --- (k): a send and its receive of different sizes ---------------------------
+
+// Rank 0 sends `sent` floats to rank 1, whose receive is for `received`.
+struct SizeMismatch {
+  const char* name;
+  size_t sent, received;
+};
+void PrintTo(const SizeMismatch& m, std::ostream* os) {
+  *os << m.name;
+}
+
+// One rank's outcome after its call: waits for its stream (bounded), then
+// gives the communicator's result as a number, a space and
+// ncclGetLastError; a wait that timed out without an error is reported
+// as such (not a number).
+std::string outcomeOf(ncclResult_t result, ncclComm_t comm, GpuMemory& memory) {
+  if (result == ncclSuccess) {
+    const std::string waited = memory.synchronize(comm);
+    if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) result = ncclInternalError;
+    if (result == ncclSuccess && !waited.empty()) return "no error, but " + waited;
+  }
+  return strCat(static_cast<int>(result), " ", result == ncclSuccess ? "" : ncclGetLastError(comm));
+}
+
+// "" if the pair's outcomes are what a mismatch must give: the rank that
+// sees it (the receiver on a FIFO, the sender of a direct write) fails with
+// ncclInvalidUsage naming the other and the sizes; the other finishes (its
+// steps fit the FIFO) or fails, naming its peer, at the stall timeout. No
+// rank hangs, crashes or takes shifted data as its result.
+std::string judgeMismatch(const std::vector<std::string>& outcomes) {
+  bool seen = false;
+  for (int r = 0; r < 2; ++r) {
+    const std::string& o = outcomes[static_cast<size_t>(r)];
+    const size_t space = o.find(' ');
+    if (o.empty() || !std::isdigit(static_cast<unsigned char>(o[0])) || space == std::string::npos) {
+      return strCat("rank ", r, ": ", o);
+    }
+    const auto result = static_cast<ncclResult_t>(std::atoi(o.substr(0, space).c_str()));
+    const std::string text = o.substr(space + 1);
+    const bool namesPeer = text.find(strCat("rank ", 1 - r)) != std::string::npos;
+    if (result == ncclSuccess) continue;
+    if (result == ncclInvalidUsage && namesPeer && text.find("differs in size") != std::string::npos) {
+      seen = true;
+    } else if (result != ncclRemoteError || !namesPeer) {
+      return strCat("rank ", r, " got ", ncclGetErrorString(result), ": ", text);
+    }
+  }
+  return seen ? ""
+              : "neither rank reported the sizes' mismatch (ncclInvalidUsage): " + outcomes[0] + " / " +
+                    outcomes[1];
+}
+
+// Rank `rank` of the pair: the send or the receive, and its outcome.
+std::string mismatchedCall(const SizeMismatch& m, int rank, ncclComm_t comm, GpuMemory& memory, void* buf) {
+  const ncclResult_t r = rank == 0 ? ncclSend(buf, m.sent, ncclFloat32, 1, comm, memory.stream())
+                                   : ncclRecv(buf, m.received, ncclFloat32, 0, comm, memory.stream());
+  return outcomeOf(r, comm, memory);
+}
+
+class GpuP2pSizes : public ::testing::TestWithParam<SizeMismatch> {};
+
+// One process per rank, both on one host (connectors through IPC) and on
+// two host ids (through the net proxy, which records the sizes it delivers).
+TEST_P(GpuP2pSizes, MismatchFailsNamingThePeerAcrossProcesses) {
+  BRAID_NEED_A_GPU(g);
+  const SizeMismatch m = GetParam();
+  for (const bool twoHosts : {false, true}) {
+    std::vector<std::string> env = kEnv;
+    env.insert(env.end(), {"BRAID_STALL_TIMEOUT=3", "NCCL_SOCKET_IFNAME=lo", "NCCL_NET=Socket"});
+    for (const std::string& e : g.env()) env.push_back(e);
+    RootProcess root = startRootProcess({"BRAID_BACKEND=host"});
+    auto out = runRanks(
+        2,
+        [&](int rank, int nranks) -> std::string {
+          if (twoHosts) setenv("BRAID_HOSTID", strCat("gpuhost", rank).c_str(), 1);
+          std::string err = hipCheck(hipSetDevice(g.deviceOf(rank)), "hipSetDevice");
+          hipStream_t stream = nullptr;
+          void* buf = nullptr;
+          ncclComm_t comm = nullptr;
+          if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "stream");
+          if (err.empty()) err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "ncclCommInitRank");
+          const size_t most = std::max(m.sent, m.received);
+          if (err.empty()) err = hipCheck(hipMalloc(&buf, most * sizeof(float)), "hipMalloc");
+          if (!err.empty()) return err;
+          GpuMemory memory(g.deviceOf(rank), stream, kSyncTimeoutSec);
+          const std::string outcome = mismatchedCall(m, rank, comm, memory, buf);
+          ncclCommAbort(comm);  // it may have failed
+          return outcome;
+        },
+        120, env);
+    std::vector<std::string> outcomes;
+    for (const RankOutcome& o : out) outcomes.push_back(o.exited && o.exitCode == 0 ? o.report : "died");
+    EXPECT_EQ(judgeMismatch(outcomes), "") << (twoHosts ? "two host ids" : "one host");
+  }
+}
+
+// One process, one thread driving both ranks in a group: the FIFO (small)
+// and direct writes (large: the sender sees the receive's size in the
+// mailbox).
+TEST_P(GpuP2pSizes, MismatchFailsNamingThePeerInOneProcess) {
+  BRAID_NEED_A_GPU(g);
+  const SizeMismatch m = GetParam();
+  auto body = [g, m]() -> std::string {
+    std::vector<ncclComm_t> comms;
+    std::string err = initAll(g, &comms);
+    if (!err.empty()) return err;
+    std::vector<std::unique_ptr<GpuMemory>> mems;
+    std::vector<void*> bufs(2, nullptr);
+    for (int r = 0; r < 2 && err.empty(); ++r) {
+      hipStream_t stream = nullptr;
+      err = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
+      if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "stream");
+      if (err.empty())
+        err = hipCheck(hipMalloc(&bufs[r], std::max(m.sent, m.received) * sizeof(float)), "hipMalloc");
+      mems.push_back(std::make_unique<GpuMemory>(g.deviceOf(r), stream, kSyncTimeoutSec));
+    }
+    if (!err.empty()) return err + endAll(comms, true);
+    std::vector<std::string> outcomes(2);
+    ncclResult_t results[2] = {ncclSuccess, ncclSuccess};
+    ncclGroupStart();
+    results[0] = ncclSend(bufs[0], m.sent, ncclFloat32, 1, comms[0], mems[0]->stream());
+    results[1] = ncclRecv(bufs[1], m.received, ncclFloat32, 0, comms[1], mems[1]->stream());
+    const ncclResult_t group = ncclGroupEnd();
+    for (int r = 0; r < 2; ++r)
+      outcomes[r] = outcomeOf(results[r] != ncclSuccess ? results[r] : group, comms[r], *mems[r]);
+    return judgeMismatch(outcomes) + endAll(comms, true);
+  };
+  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, {"BRAID_STALL_TIMEOUT=3"}), "");
+}
+INSTANTIATE_TEST_SUITE_P(Sizes, GpuP2pSizes,
+                         ::testing::Values(SizeMismatch{"OneStepSendSmaller", 1000, 1024},
+                                           SizeMismatch{"ManyStepsSendLarger", (1 << 20) + 3, 1 << 20}),
+                         [](const ::testing::TestParamInfo<SizeMismatch>& p) {
+                           return std::string(p.param.name);
+                         });
+
 }  // namespace
 }  // namespace braid::test

@@ -137,6 +137,10 @@ std::string recvStep(const DevNetBlock& b, uint64_t s) {
     }
   } else {
     if (!waitFor([&] { return load(b.tail()) > s; })) return "step " + std::to_string(s) + " never arrived";
+    // The receiving proxy records what it delivered (point-to-point kernels check it).
+    if (load(b.stepWord(s)) != DevStepWord::make(s, false, n)) {
+      return "step " + std::to_string(s) + " arrived without its step word";
+    }
     for (size_t i = 0; i < n; ++i) {
       if (static_cast<uint8_t>(b.simple(s)[i]) != byteOf(s, i)) {
         return "step " + std::to_string(s) + " byte " + std::to_string(i) + " differs";

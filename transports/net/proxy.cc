@@ -408,8 +408,10 @@ Status NetProxy::deliverDevStep(Conn* c, uint64_t s, const char* src, size_t siz
   if (tag != kTagSimple || size > b.slotBytes) {
     return remoteError("a malformed step ", s, " arrived (tag ", tag, ", ", size, " bytes)");
   }
-  // Simple data is read once tail is seen (its release orders this first).
+  // Simple data and its step word (which point-to-point kernels check) are
+  // read once tail is seen (its release orders them first).
   if (src != b.simple(s)) std::memcpy(b.simple(s), src, size);
+  __atomic_store_n(b.stepWord(s), DevStepWord::make(s, false, size), __ATOMIC_RELAXED);
   return okStatus();
 }
 

@@ -189,6 +189,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     c.head = reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kCounter);
     c.step = reinterpret_cast<uint64_t*>(local + DevConnLayout::kStep);
     c.slotBytes = slotBytes;
+    c.sizes = reinterpret_cast<uint64_t*>(recvBlock + DevConnLayout::kSizes);
     // Direct writes into the receiver's buffer: peers of one process whose
     // blocks are both GPU memory (each GPU reaches the other's). Both ends
     // see the same two blocks, so they agree.

@@ -45,7 +45,8 @@ struct DevStatus {
   uint64_t step;
 };
 // kDevMismatch: a zero-copy peer runs another collective, or passed its
-// buffers at other offsets in its windows.
+// buffers at other offsets in its windows; waiting for 0 (data): a
+// point-to-point step's size differs from the receive's (checkSizes).
 constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2, kDevMismatch = 3;
 
 struct DevCtx {

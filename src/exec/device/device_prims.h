@@ -144,7 +144,7 @@ class DevPrims {
         sstepPtr_[i] = c.step;
         sstep_[i] = *c.step;
         ssizes_[i] = c.sizes;
-        netSend_ = netSend_ || c.sizes != nullptr;
+        netSend_ = netSend_ || c.net;
         speer_[i] = sendPeers[i];
         slot = c.slotBytes < slot ? c.slotBytes : slot;
       }
@@ -158,6 +158,7 @@ class DevPrims {
         rcredit_[i] = c.head;
         rstepPtr_[i] = c.step;
         rstep_[i] = *c.step;
+        rsizes_[i] = c.sizes;
         rpeer_[i] = recvPeers[i];
         slot = c.slotBytes < slot ? c.slotBytes : slot;
       }
@@ -171,6 +172,13 @@ class DevPrims {
 
   __device__ uint64_t maxElems() const { return maxElems_; }
   __device__ bool failed() const { return failed_; }
+  // Point-to-point (Simple): every step's size travels in the connector's
+  // step words and the receiver checks it against its own, so a send and
+  // a receive of different sizes fail (kDevMismatch) instead of shifting
+  // every later step of the connector.
+  __device__ void checkSizes() {
+    checkSizes_ = true;
+  }
 
   __device__ void send(const T* src, uint64_t n) { step(src, true, false, nullptr, true, n); }
   __device__ void recv(T* dst, uint64_t n) { step(nullptr, false, true, dst, false, n); }
@@ -204,7 +212,7 @@ class DevPrims {
       __threadfence_system();
       storeRelaxed(box + DevDirectBox::kStep, rstep_[0] + 1);
     }
-    if (dst == nullptr || !begin(true, false)) return;
+    if (dst == nullptr || !begin(true, false, [n](int) { return n; })) return;
     end(true, false, false, [](int) { return uint64_t(0); });
   }
   // The sender's: waits for the receiver's post; null if it posted no
@@ -226,7 +234,7 @@ class DevPrims {
     return failed_ ? nullptr : reinterpret_cast<T*>(sBuffer);
   }
   __device__ void sendDirect(const T* src, T* dst, uint64_t n) {
-    if (!begin(false, true)) return;
+    if (!begin(false, true, [n](int) { return n; })) return;
     move(src, true, false, dst, false, n);
     end(false, true, false, [n](int) { return n; });
   }
@@ -244,14 +252,15 @@ class DevPrims {
 
  private:
   __device__ void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
-    if (!begin(fromRecv, toSend)) return;
+    if (!begin(fromRecv, toSend, [n](int) { return n; })) return;
     const bool ok = move(src, srcPre, fromRecv, dst, toSend, n);
     end(fromRecv, toSend, !ok, [n](int) { return n; });
   }
 
   __device__ void stepEach(const T* const* srcs, T* const* dsts, const size_t* ns) {
     const bool toSend = srcs != nullptr;
-    if (!begin(!toSend, toSend)) return;
+    auto countOf = [ns](int i) { return static_cast<uint64_t>(ns[i]); };
+    if (!begin(!toSend, toSend, countOf)) return;
     bool bad = false;
     // Every thread moves every connector's data (no early exit: LL128's
     // warps move lines together); a failed poll has raised the block's flag.
@@ -263,13 +272,15 @@ class DevPrims {
       bad = bad || !ok;
     }
     only_ = -1;
-    end(!toSend, toSend, bad, [ns](int i) { return static_cast<uint64_t>(ns[i]); });
+    end(!toSend, toSend, bad, countOf);
   }
 
   // A step's waits: a free slot on every send connector it uses and (Simple)
-  // data on every receive connector (LL polls the lines instead). False if
-  // the block has failed.
-  __device__ __forceinline__ bool begin(bool fromRecv, bool toSend) {
+  // data on every receive connector (LL polls the lines instead), whose
+  // size, under checkSizes, must be countOf(i) elements. False if the block
+  // has failed.
+  template <typename Count>
+  __device__ __forceinline__ bool begin(bool fromRecv, bool toSend, Count countOf) {
     if (failed_) return false;
     const int tid = threadIdx.x;
     bool bad = *sFail_ != 0;
@@ -283,7 +294,15 @@ class DevPrims {
     if (P == Protocol::Simple && fromRecv && tid == 0) {
 #pragma unroll
       for (int i = 0; i < kRecv; ++i) {
-        if (recvOn(i) && !bad) bad = !waitAtLeast(rcounter_[i], rstep_[i] + 1, rpeer_[i], 0, rstep_[i]);
+        if (recvOn(i) && !bad) {
+          bad = !waitAtLeast(rcounter_[i], rstep_[i] + 1, rpeer_[i], 0, rstep_[i]);
+          if (!bad && checkSizes_ && rsizes_[i] != nullptr &&
+              loadElem(rsizes_[i] + rstep_[i] % kConnectorSteps) !=
+                  DevStepWord::make(rstep_[i], false, countOf(i) * sizeof(T))) {
+            recordWaitFailure(ctx_, sFail_, kDevMismatch, DevWait{channel_, rpeer_[i], 0, rstep_[i]});
+            bad = true;
+          }
+        }
       }
     }
     failed_ = __syncthreads_or(bad);
@@ -313,7 +332,7 @@ class DevPrims {
     // needs no fence between GPUs (the flags travel with the data), but a
     // net connector's proxy reads the step word and the lines after tail.
     if (toSend && tid == 0 && !failed_) {
-      if (netSend_) {
+      if (netSend_ || checkSizes_) {
 #pragma unroll
         for (int i = 0; i < kSend; ++i) {
           if (sendOn(i) && ssizes_[i] != nullptr) {
@@ -322,7 +341,7 @@ class DevPrims {
           }
         }
       }
-      if (P == Protocol::Simple || netSend_) __threadfence_system();
+      if (P == Protocol::Simple || netSend_ || checkSizes_) __threadfence_system();
     }
     if (!failed_ && tid == 0) {
 #pragma unroll
@@ -710,14 +729,16 @@ class DevPrims {
   uint64_t* scredit_[kSend];   // head in our memory
   uint64_t* sstepPtr_[kSend];
   uint64_t sstep_[kSend];
-  uint64_t* ssizes_[kSend];  // net connectors' step words, else null
-  bool netSend_ = false;
+  uint64_t* ssizes_[kSend];  // the receivers' step words
+  bool netSend_ = false;     // a send connector's peer is a proxy: record every step's word
+  bool checkSizes_ = false;
   int speer_[kSend];
   char* rbuf_[kRecv];
   uint64_t* rcounter_[kRecv];  // tail in our memory
   uint64_t* rcredit_[kRecv];   // head in the sender's memory
   uint64_t* rstepPtr_[kRecv];
   uint64_t rstep_[kRecv];
+  uint64_t* rsizes_[kRecv];  // this end's step words (checkSizes)
   int rpeer_[kRecv];
 };
 

@@ -3,9 +3,11 @@
 // sends to B while B sends to A, large messages both ways). Each block
 // drives one connector through its segments in order (dev_work.h), in
 // Simple steps; a segment takes at least one step, so zero-byte messages
-// still match. Copy blocks move the group's sends to oneself. Large
-// segments between peers of one process skip the FIFO (dev_work.h, direct
-// writes).
+// still match, and every step's size is checked by its receiver (a send
+// and a receive of different sizes fail, naming the peer, instead of
+// shifting the connector's later steps). Copy blocks move the group's
+// sends to oneself. Large segments between peers of one process skip the
+// FIFO (dev_work.h, direct writes).
 #include "exec/device/device_prims.h"
 #include "exec/device/launch.h"
 #include "exec/reduce_ops.h"
@@ -54,6 +56,7 @@ __global__ void __launch_bounds__(kDevThreads) p2pKernel(Args a) {
   using Prims = DevPrims<uint8_t, OpSum, Protocol::Simple, 1, 1>;
   Prims p(&conn, &peer, blk.isSend ? 1 : 0, &conn, &peer, blk.isSend ? 0 : 1, -1, OpSum(), a.ctx, blk.channel,
           &sFail);
+  p.checkSizes();
   const uint64_t chunk = p.maxElems();
   for (int s = blk.segBegin; s < blk.segEnd; ++s) {
     uint8_t* buf = reinterpret_cast<uint8_t*>(a.segs[s].buf);
