@@ -142,8 +142,11 @@ static_assert(sizeof(DevCollLaunch) < 2048, "a fused launch's parameters stay we
 // Direct writes: on a connector with a mailbox (DevConn::box), a segment of
 // at least directMinBytes is handed over whole: the receiver posts its
 // buffer (or null, which keeps the segment on the FIFO), the sender writes
-// it straight there and publishes tail once. Both ends see the same sizes,
-// so both take the same path.
+// it straight there and publishes tail once. Both ends of matching sizes
+// take the same path; the receiver posts its size with every segment
+// (small ones with null), so the sender of a large one sees a receive of
+// another size, and the receiver's step-word check sees a small send
+// arrive where it posted a buffer.
 struct DevP2pSeg {
   char* buf = nullptr;
   uint64_t bytes = 0;  // receives: kDevP2pWritable set if the peer's GPU may write buf

@@ -202,8 +202,9 @@ class DevPrims {
 
   // Direct writes (DevDirectBox; Simple, connector 0 each way): one step
   // carries a whole message of n elements, written by the sender straight
-  // into the receiver's buffer. The receiver posts dst (null: the FIFO
-  // carries the message after all) and, with dst, waits for the data.
+  // into the receiver's buffer. The receiver posts dst and n for every
+  // message (null: the FIFO carries it) and, with dst, waits for the data.
+  // The sender of a large message waits for the post and checks n.
   __device__ void recvDirect(uint64_t* box, T* dst, uint64_t n) {
     if (failed_ || *sFail_ != 0) return;
     if (threadIdx.x == 0) {
@@ -216,7 +217,8 @@ class DevPrims {
     end(true, false, false, [](int) { return uint64_t(0); });
   }
   // The sender's: waits for the receiver's post; null if it posted no
-  // buffer (then send() through the FIFO) or the block failed.
+  // buffer (then send() through the FIFO), posted another size, or the
+  // block failed.
   __device__ T* directBuffer(const uint64_t* box, uint64_t n) {
     __shared__ uint64_t sBuffer;
     if (failed_) return nullptr;
@@ -225,7 +227,7 @@ class DevPrims {
       const DevWait w{channel_, speer_[0], 4, sstep_[0]};
       bad = !waitAtLeast(box + DevDirectBox::kStep, sstep_[0] + 1, w.peer, w.waitingFor, w.step);
       sBuffer = bad ? 0 : loadElem(box + DevDirectBox::kBuffer);
-      if (sBuffer != 0 && loadElem(box + DevDirectBox::kBytes) != n * sizeof(T)) {
+      if (!bad && loadElem(box + DevDirectBox::kBytes) != n * sizeof(T)) {
         recordWaitFailure(ctx_, sFail_, kDevMismatch, w);
         bad = true;
       }

@@ -61,14 +61,17 @@ __global__ void __launch_bounds__(kDevThreads) p2pKernel(Args a) {
   for (int s = blk.segBegin; s < blk.segEnd; ++s) {
     uint8_t* buf = reinterpret_cast<uint8_t*>(a.segs[s].buf);
     const uint64_t len = a.segs[s].bytes & ~kDevP2pWritable;
-    if (conn->box != nullptr && a.directMinBytes != 0 && len >= a.directMinBytes) {
+    if (conn->box != nullptr && a.directMinBytes != 0) {
+      const bool large = len >= a.directMinBytes;
       if (!blk.isSend) {
-        const bool writable = (a.segs[s].bytes & kDevP2pWritable) != 0;
-        p.recvDirect(conn->box, writable ? buf : nullptr, len);
-        if (writable) continue;
-      } else if (uint8_t* dst = p.directBuffer(conn->box, len)) {
-        p.sendDirect(buf, dst, len);
-        continue;
+        const bool direct = large && (a.segs[s].bytes & kDevP2pWritable) != 0;
+        p.recvDirect(conn->box, direct ? buf : nullptr, len);
+        if (direct) continue;
+      } else if (large) {
+        if (uint8_t* dst = p.directBuffer(conn->box, len)) {
+          p.sendDirect(buf, dst, len);
+          continue;
+        }
       }
     }
     uint64_t off = 0;
