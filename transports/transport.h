@@ -150,7 +150,7 @@ constexpr size_t kDevCountersBytes = 256;                      // counter word, 
 // One end as a kernel sees it (trivially copyable; pointers are device
 // addresses valid on this rank's GPU).
 struct DevConn {
-  char* simple = nullptr;     // first Simple slot (in the receiver's memory)
+  char* simple = nullptr;     // first Simple slot (the receiver's memory; read mode: the sender's)
   char* ll = nullptr;         // first LL slot (in the receiver's memory)
   char* ll128 = nullptr;      // first LL128 slot (in the receiver's memory), null if the connector has none
   uint64_t* tail = nullptr;   // in the receiver's memory: the sender stores, the receiver polls
@@ -196,21 +196,30 @@ struct DevStepWord {
   static uint64_t bytes(uint64_t word) { return word & 0xffffffffull; }
 };
 
+// A GPU connector's two blocks. The Simple slots are in the receiver's
+// block (write mode: the sender stores across the link), or with `read` in
+// the sender's (read mode: the sender stores locally and the receiver
+// loads across the link; transports/p2p). LL and LL128 slots are always
+// the receiver's: their flags are polled where they land.
 struct DevConnLayout {
-  static size_t recvBytes(size_t slotBytes, bool ll128 = false) {
+  static size_t recvBytes(size_t slotBytes, bool ll128 = false, bool read = false) {
     return kDevCountersBytes +
-           kConnectorSteps * (slotBytes + kDevLLSlotBytes + (ll128 ? kDevLL128SlotBytes : 0));
+           kConnectorSteps * ((read ? 0 : slotBytes) + kDevLLSlotBytes + (ll128 ? kDevLL128SlotBytes : 0));
   }
-  static constexpr size_t sendBytes() { return kDevCountersBytes; }
+  static size_t sendBytes(size_t slotBytes = 0, bool read = false) {
+    return kDevCountersBytes + (read ? kConnectorSteps * slotBytes : 0);
+  }
   // Offsets inside a block.
   static constexpr size_t kCounter = 0;  // tail (receiver's block) or head (sender's block)
   static constexpr size_t kStep = 64;
   static constexpr size_t kSizes = 128;  // receiver's block: kConnectorSteps DevStepWords
   static constexpr size_t kBox = 128;    // sender's block: DevDirectBox (in-process GPU peers)
-  static size_t simpleOffset() { return kDevCountersBytes; }
-  static size_t llOffset(size_t slotBytes) { return kDevCountersBytes + kConnectorSteps * slotBytes; }
-  static size_t ll128Offset(size_t slotBytes) {
-    return llOffset(slotBytes) + kConnectorSteps * kDevLLSlotBytes;
+  static size_t simpleOffset() { return kDevCountersBytes; }  // in the block that holds them
+  static size_t llOffset(size_t slotBytes, bool read = false) {
+    return kDevCountersBytes + (read ? 0 : kConnectorSteps * slotBytes);
+  }
+  static size_t ll128Offset(size_t slotBytes, bool read = false) {
+    return llOffset(slotBytes, read) + kConnectorSteps * kDevLLSlotBytes;
   }
 };
 static_assert(DevConnLayout::kSizes + kConnectorSteps * sizeof(uint64_t) <= kDevCountersBytes,

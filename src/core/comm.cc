@@ -64,6 +64,12 @@ StringParam paramP2pLevel(
     "access. Paths come from the topology (a GPU missing from it counts as SYS); a pair "
     "uses the lower of its two ranks' levels",
     {}, validateP2pLevel);
+IntParam paramP2pRead("P2P_READ_ENABLE", -1,
+                      "GPU backend: read mode for connectors between GPUs of one host: the sender keeps the "
+                      "Simple protocol's slots in its own memory and the receiver reads them across the link "
+                      "(1), instead of the sender writing them into the receiver's (0). -1: read mode "
+                      "between sm_80 GPUs joined by NVLink, as NCCL. A pair of ranks uses it if both want it",
+                      -1, 1);
 IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
                                "Seconds any bootstrap wait (root, ring, peer messages) may take before init "
                                "fails with an error naming the peer");
@@ -230,6 +236,12 @@ bool Communicator::sameProcess(int peer) const {
   return p.hostHash == me.hostHash && p.pid == me.pid;
 }
 
+bool Communicator::p2pRead(int peer) const {
+  const PeerInfo& p = peers_[static_cast<size_t>(peer)];
+  const PeerInfo& me = peers_[static_cast<size_t>(rank_)];
+  return p.p2pRead != 0 && me.p2pRead != 0 && p.p2pDisabled == 0 && me.p2pDisabled == 0;
+}
+
 bool Communicator::p2pDisabled(int peer) const {
   const PeerInfo& p = peers_[static_cast<size_t>(peer)];
   const PeerInfo& me = peers_[static_cast<size_t>(rank_)];
@@ -326,6 +338,9 @@ Status Communicator::exchangePeerInfo() {
     me.p2pDisabled = paramP2pDisable.get() || level == pathRank(PathType::Loc) ? 1 : 0;
     me.ll128 = std::strcmp(gpuFlavorName(), "cuda") == 0 && gpu.arch.rfind("sm_90", 0) == 0 && nvlinkToAll &&
                me.p2pDisabled == 0;
+    const int read = static_cast<int>(paramP2pRead.get());
+    me.p2pRead =
+        read >= 0 ? read : std::strcmp(gpuFlavorName(), "cuda") == 0 && gpu.arch == "sm_80" && nvlinkToAll;
     if (g >= 0 && topoSchedule_.nodes == 1) {
       me.nRingPos = std::min(topoSchedule_.nChannels(), kMaxChannels);
       for (int c = 0; c < me.nRingPos; ++c) {
@@ -371,6 +386,11 @@ Status Communicator::exchangePeerInfo() {
         : nnodes_ > 1 ? "off: ranks on several hosts"
         : noP2p       ? "off: NCCL_P2P_DISABLE (or NCCL_P2P_LEVEL=LOC) is set on some rank"
                 : "off: some rank's GPU is not an sm_90 (cuda build) with NVLink to every GPU of the node");
+    if (me.p2pRead != 0 && me.p2pDisabled == 0) {
+      BRAID_INFO(kLogInit | kLogP2p,
+                 "P2P read mode: connectors to this host's GPUs whose ranks want it too keep their Simple "
+                 "slots in the sender's memory (NCCL_P2P_READ_ENABLE)");
+    }
     if (me.p2pDisabled != 0) {
       BRAID_INFO(kLogInit | kLogP2p,
                  "NCCL_P2P_DISABLE or NCCL_P2P_LEVEL=LOC: connectors to the GPUs of this host go through "

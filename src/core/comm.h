@@ -66,6 +66,10 @@ struct PeerInfo {
   // rank; NCCL_P2P_LEVEL as a path rank (-1: unset).
   int32_t p2pDisabled = 0;
   int32_t p2pLevel = -1;
+  // GPU backend: this rank's connectors may run in read mode
+  // (NCCL_P2P_READ_ENABLE, or by default an sm_80 with NVLink to every GPU
+  // of its node; transports/p2p/p2p_transport.h).
+  int32_t p2pRead = 0;
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -170,6 +174,11 @@ class Communicator : public StallListener {
   // topology of their host; the connectors agree even if not (each end
   // places its own block and tells the other).
   bool p2pDisabled(int peer) const;
+  // GPU backend: the connectors between this rank and `peer` (of this
+  // host) keep their Simple slots in the sender's memory (read mode): both
+  // ranks' PeerInfo::p2pRead and neither's p2pDisabled, so both answer
+  // alike, as their connectors need.
+  bool p2pRead(int peer) const;
   // Channels the host can run in parallel for this rank: cores per local
   // rank, less one for the proxy when there are several nodes.
   int hostChannels() const;

@@ -264,7 +264,7 @@ Status GpuEngineImpl::connect(size_t slotBytes, const std::vector<EndRequest>& r
     if (onThisHost(r.peer)) {
       local.push_back(P2pRequest{r.peer, r.send, r.tag, comm_->sameProcess(r.peer),
                                  peerDevice_[static_cast<size_t>(r.peer)], &r.end->p2p, ll128,
-                                 comm_->p2pDisabled(r.peer)});
+                                 comm_->p2pDisabled(r.peer), comm_->p2pRead(r.peer)});
     } else {
       (r.send ? remoteSend : remoteRecv).push_back(&r);
     }

@@ -469,22 +469,21 @@ TEST(GpuP2p, SendRecvAllToAllGatherScatterNullStream) {
 
 // --- (f2): connectors through host memory (NCCL_P2P_DISABLE) -------------------
 
-// The P2P TRACE lines of every log in `dir` that say where a connector's
-// memory is: "" if there are some and all say host memory.
-std::string connectorsInHostMemory(const std::string& dir) {
-  int host = 0, gpu = 0;
+// The P2P TRACE lines of every log in `dir` that describe a connector: ""
+// if there are some and every one contains `what`.
+std::string everyConnectorSays(const std::string& dir, const char* what) {
+  int yes = 0, no = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::ifstream in(entry.path());
     for (std::string line; std::getline(in, line);) {
       const bool connector = line.find("send to rank ") != std::string::npos ||
                              line.find("recv from rank ") != std::string::npos;
       if (!connector) continue;
-      host += line.find(": host memory") != std::string::npos;
-      gpu += line.find(": IPC") != std::string::npos || line.find(": direct pointer") != std::string::npos;
+      (line.find(what) != std::string::npos ? yes : no) += 1;
     }
   }
-  if (host == 0) return "no connector was logged";
-  return gpu == 0 ? "" : strCat(gpu, " connectors in GPU memory, ", host, " in host memory");
+  if (yes + no == 0) return "no connector was logged";
+  return no == 0 ? "" : strCat(no, " connectors do not say \"", what, "\", ", yes, " do");
 }
 
 // NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC): no rank touches another's
@@ -527,16 +526,46 @@ TEST(GpuP2pHostMemory, P2pOffMovesEveryConnectorToHostMemory) {
   EXPECT_EQ(
       runPerGpu(g, StreamKind::kNonBlocking, logEnv(processes, "NCCL_P2P_DISABLE=1"), kQuickTimeoutSec, work),
       "");
-  EXPECT_EQ(connectorsInHostMemory(processes.path()), "") << "ranks in separate processes";
+  EXPECT_EQ(everyConnectorSays(processes.path(), ": host memory"), "") << "ranks in separate processes";
   const ScopedTempDir threads("braid-nop2p-");
   ASSERT_FALSE(threads.path().empty());
   EXPECT_EQ(inOneChild(
                 g, [g] { return driveInGroups(g); }, kQuickTimeoutSec, logEnv(threads, "NCCL_P2P_LEVEL=LOC")),
             "");
-  EXPECT_EQ(connectorsInHostMemory(threads.path()), "") << "ranks in one process";
+  EXPECT_EQ(everyConnectorSays(threads.path(), ": host memory"), "") << "ranks in one process";
 }
 
-// --- (f3): direct writes between GPUs of one process --------------------------
+// --- (f3): read mode -----------------------------------------------------------
+
+// NCCL_P2P_READ_ENABLE=1: every connector between the GPUs keeps its Simple
+// slots in the sender's memory and the receiver reads them across the link
+// (on sm_90 the default is write mode, as NCCL's). One process per rank:
+// the quick sweep and the point-to-point sweep; one thread driving every
+// rank: the group checks (direct writes included). The TRACE log must show
+// every connector in read mode.
+TEST(GpuP2pRead, SweepsRunInReadMode) {
+  BRAID_NEED_A_GPU(g);
+  auto logEnv = [](const ScopedTempDir& dir) {
+    return std::vector<std::string>{"NCCL_P2P_READ_ENABLE=1", "NCCL_DEBUG=TRACE", "NCCL_DEBUG_SUBSYS=P2P",
+                                    "NCCL_DEBUG_FILE=" + dir.path() + "/rank.%p.log"};
+  };
+  auto work = [](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) -> std::string {
+    std::string err = collSweep(comm, rank, nranks, SweepCounts::kQuick, memory);
+    return err.empty() ? p2pSweep(comm, rank, nranks, memory) : err;
+  };
+  const ScopedTempDir processes("braid-read-");
+  ASSERT_FALSE(processes.path().empty());
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, logEnv(processes), kQuickTimeoutSec, work), "");
+  EXPECT_EQ(everyConnectorSays(processes.path(), ", read mode"), "") << "ranks in separate processes";
+  const ScopedTempDir threads("braid-read-");
+  ASSERT_FALSE(threads.path().empty());
+  EXPECT_EQ(inOneChild(
+                g, [g] { return driveInGroups(g); }, kQuickTimeoutSec, logEnv(threads)),
+            "");
+  EXPECT_EQ(everyConnectorSays(threads.path(), ", read mode"), "") << "ranks in one process";
+}
+
+// --- (f4): direct writes between GPUs of one process --------------------------
 
 // Receives of `kind` memory from the previous rank, `count` floats each, one
 // thread driving every rank in one group: "" if every receive holds what
@@ -1279,9 +1308,13 @@ TEST(GpuMultiHostFault, ARankOfTheOtherHostDiesMidCollective) {
 // --- (k): a send and its receive of different sizes ---------------------------
 
 // Rank 0 sends `sent` floats to rank 1, whose receive is for `received`.
+// With `sameChannels` both sizes get the same number of channels (one per
+// 512 KiB), so their connectors match and the sizes' check runs; otherwise
+// connecting fails first (a channel only one rank asks for).
 struct SizeMismatch {
   const char* name;
   size_t sent, received;
+  bool sameChannels = true;
 };
 void PrintTo(const SizeMismatch& m, std::ostream* os) {
   *os << m.name;
@@ -1303,10 +1336,11 @@ std::string outcomeOf(ncclResult_t result, ncclComm_t comm, GpuMemory& memory) {
 // "" if the pair's outcomes are what a mismatch must give: the rank that
 // sees it (the receiver on a FIFO, the sender of a direct write) fails with
 // ncclInvalidUsage naming the other and the sizes; the other finishes (its
-// steps fit the FIFO) or fails, naming its peer, at the stall timeout. No
-// rank hangs, crashes or takes shifted data as its result.
-std::string judgeMismatch(const std::vector<std::string>& outcomes) {
-  bool seen = false;
+// steps fit the FIFO) or fails, naming its peer, at the stall timeout. On
+// connectors that do not match, both fail naming the other. No rank hangs,
+// crashes or takes shifted data as its result.
+std::string judgeMismatch(const SizeMismatch& m, const std::vector<std::string>& outcomes) {
+  bool seen = false, failed = false;
   for (int r = 0; r < 2; ++r) {
     const std::string& o = outcomes[static_cast<size_t>(r)];
     const size_t space = o.find(' ');
@@ -1317,15 +1351,18 @@ std::string judgeMismatch(const std::vector<std::string>& outcomes) {
     const std::string text = o.substr(space + 1);
     const bool namesPeer = text.find(strCat("rank ", 1 - r)) != std::string::npos;
     if (result == ncclSuccess) continue;
+    failed = true;
     if (result == ncclInvalidUsage && namesPeer && text.find("differs in size") != std::string::npos) {
       seen = true;
     } else if (result != ncclRemoteError || !namesPeer) {
       return strCat("rank ", r, " got ", ncclGetErrorString(result), ": ", text);
     }
   }
-  return seen ? ""
-              : "neither rank reported the sizes' mismatch (ncclInvalidUsage): " + outcomes[0] + " / " +
-                    outcomes[1];
+  if (!failed || (m.sameChannels && !seen)) {
+    return "neither rank reported the sizes' mismatch (ncclInvalidUsage): " + outcomes[0] + " / " +
+           outcomes[1];
+  }
+  return "";
 }
 
 // Rank `rank` of the pair: the send or the receive, and its outcome.
@@ -1336,6 +1373,8 @@ std::string mismatchedCall(const SizeMismatch& m, int rank, ncclComm_t comm, Gpu
 }
 
 class GpuP2pSizes : public ::testing::TestWithParam<SizeMismatch> {};
+// Waits for a peer end within seconds.
+const std::vector<std::string> kMismatchEnv = {"BRAID_STALL_TIMEOUT=3", "BRAID_BOOTSTRAP_TIMEOUT=5"};
 
 // One process per rank, both on one host (connectors through IPC) and on
 // two host ids (through the net proxy, which records the sizes it delivers).
@@ -1344,7 +1383,8 @@ TEST_P(GpuP2pSizes, MismatchFailsNamingThePeerAcrossProcesses) {
   const SizeMismatch m = GetParam();
   for (const bool twoHosts : {false, true}) {
     std::vector<std::string> env = kEnv;
-    env.insert(env.end(), {"BRAID_STALL_TIMEOUT=3", "NCCL_SOCKET_IFNAME=lo", "NCCL_NET=Socket"});
+    env.insert(env.end(), kMismatchEnv.begin(), kMismatchEnv.end());
+    env.insert(env.end(), {"NCCL_SOCKET_IFNAME=lo", "NCCL_NET=Socket"});
     for (const std::string& e : g.env()) env.push_back(e);
     RootProcess root = startRootProcess({"BRAID_BACKEND=host"});
     auto out = runRanks(
@@ -1367,8 +1407,8 @@ TEST_P(GpuP2pSizes, MismatchFailsNamingThePeerAcrossProcesses) {
         },
         120, env);
     std::vector<std::string> outcomes;
-    for (const RankOutcome& o : out) outcomes.push_back(o.exited && o.exitCode == 0 ? o.report : "died");
-    EXPECT_EQ(judgeMismatch(outcomes), "") << (twoHosts ? "two host ids" : "one host");
+    for (const RankOutcome& o : out) outcomes.push_back(o.exited ? o.report : "died or timed out");
+    EXPECT_EQ(judgeMismatch(m, outcomes), "") << (twoHosts ? "two host ids" : "one host");
   }
 }
 
@@ -1401,13 +1441,16 @@ TEST_P(GpuP2pSizes, MismatchFailsNamingThePeerInOneProcess) {
     const ncclResult_t group = ncclGroupEnd();
     for (int r = 0; r < 2; ++r)
       outcomes[r] = outcomeOf(results[r] != ncclSuccess ? results[r] : group, comms[r], *mems[r]);
-    return judgeMismatch(outcomes) + endAll(comms, true);
+    return judgeMismatch(m, outcomes) + endAll(comms, true);
   };
-  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, {"BRAID_STALL_TIMEOUT=3"}), "");
+  EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, kMismatchEnv), "");
 }
+// 4 MiB against 4000 bytes less: 8 channels each, the sender's parts
+// large enough for direct writes in one process, the receiver's not.
 INSTANTIATE_TEST_SUITE_P(Sizes, GpuP2pSizes,
                          ::testing::Values(SizeMismatch{"OneStepSendSmaller", 1000, 1024},
-                                           SizeMismatch{"ManyStepsSendLarger", (1 << 20) + 3, 1 << 20}),
+                                           SizeMismatch{"ManyStepsSendLarger", 1 << 20, (1 << 20) - 1000},
+                                           SizeMismatch{"OtherChannelCount", (1 << 20) + 3, 1 << 20, false}),
                          [](const ::testing::TestParamInfo<SizeMismatch>& p) {
                            return std::string(p.param.name);
                          });

@@ -21,6 +21,7 @@ struct Handle {
   uint64_t magic = kHandleMagic;
   int32_t pid = 0;
   int32_t onHost = 0;    // host memory both GPUs map (no peer access, or NCCL_P2P_DISABLE)
+  int32_t read = 0;      // read mode: the Simple slots are in the sender's block
   uint64_t pointer = 0;  // valid in this process (in-process peers)
   uint64_t bytes = 0;
   int32_t fd = -1;  // host memory for another process: the memory file it opens
@@ -128,7 +129,8 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
   // 1. Allocate, zero and post every block.
   for (const P2pRequest& r : reqs) {
     P2pEnd* e = r.end;
-    const size_t bytes = r.send ? DevConnLayout::sendBytes() : DevConnLayout::recvBytes(slotBytes, r.ll128);
+    const size_t bytes = r.send ? DevConnLayout::sendBytes(slotBytes, r.read)
+                                : DevConnLayout::recvBytes(slotBytes, r.ll128, r.read);
     // Can the peer's GPU reach memory on ours? (Asked from the peer's side:
     // the answer need not be symmetric.) Unknown devices try IPC.
     // Host memory when asked (NCCL_P2P_DISABLE on either rank) or when it cannot.
@@ -144,6 +146,7 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     Handle h;
     h.pid = static_cast<int32_t>(getpid());
     h.onHost = direct ? 0 : 1;
+    h.read = r.read ? 1 : 0;
     h.pointer = reinterpret_cast<uint64_t>(e->local_);
     h.bytes = bytes;
     h.fd = e->localFd_;
@@ -158,7 +161,14 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
   for (const P2pRequest& r : reqs) {
     Handle h;
     BRAID_CHECK(bs->recv(r.peer, handleTag(r.tag, !r.send), &h, sizeof(h)));
-    const size_t want = r.send ? DevConnLayout::recvBytes(slotBytes, r.ll128) : DevConnLayout::sendBytes();
+    const size_t want = r.send ? DevConnLayout::recvBytes(slotBytes, r.ll128, r.read)
+                               : DevConnLayout::sendBytes(slotBytes, r.read);
+    if (h.magic == kHandleMagic && h.read != (r.read ? 1 : 0)) {
+      return internalError("rank ", r.peer, " placed a connector's Simple slots in the ",
+                           h.read != 0 ? "sender's" : "receiver's", " memory and this rank in the ",
+                           r.read ? "sender's" : "receiver's",
+                           " (do both ranks set NCCL_P2P_READ_ENABLE alike?)");
+    }
     if (h.magic != kHandleMagic || h.bytes != want) {
       return internalError("rank ", r.peer, " sent a malformed connector handle (", h.bytes, " bytes where ",
                            want, " were expected: do both ranks use the same BRAID_BUFFSIZE?)");
@@ -182,9 +192,9 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     DevConn& c = r.end->conn;
     char* recvBlock = r.send ? peer : local;
     char* sendBlock = r.send ? local : peer;
-    c.simple = recvBlock + DevConnLayout::simpleOffset();
-    c.ll = recvBlock + DevConnLayout::llOffset(slotBytes);
-    c.ll128 = r.ll128 ? recvBlock + DevConnLayout::ll128Offset(slotBytes) : nullptr;
+    c.simple = (r.read ? sendBlock : recvBlock) + DevConnLayout::simpleOffset();
+    c.ll = recvBlock + DevConnLayout::llOffset(slotBytes, r.read);
+    c.ll128 = r.ll128 ? recvBlock + DevConnLayout::ll128Offset(slotBytes, r.read) : nullptr;
     c.tail = reinterpret_cast<uint64_t*>(recvBlock + DevConnLayout::kCounter);
     c.head = reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kCounter);
     c.step = reinterpret_cast<uint64_t*>(local + DevConnLayout::kStep);
@@ -195,11 +205,12 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     // see the same two blocks, so they agree.
     const bool writesDirect = r.peerInProcess && h.onHost == 0 && !r.end->localOnHost_;
     c.box = writesDirect ? reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kBox) : nullptr;
-    BRAID_TRACE(kLogP2p, "%s rank %d tag %#x: %s", r.send ? "send to" : "recv from", r.peer, r.tag,
+    BRAID_TRACE(kLogP2p, "%s rank %d tag %#x: %s%s", r.send ? "send to" : "recv from", r.peer, r.tag,
                 h.onHost          ? "host memory"
                 : writesDirect    ? "direct pointer, direct writes"
                 : r.peerInProcess ? "direct pointer"
-                                  : "IPC");
+                                  : "IPC",
+                r.read ? ", read mode" : "");
   }
   return okStatus();
 }

@@ -13,6 +13,14 @@
 // always agree on where the memory is. Kernels fence to system scope before
 // publishing a step, so the same code runs over either memory.
 //
+// Write mode (the default) keeps the Simple slots in the receiver's block:
+// the sender's stores cross the link, the receiver loads locally. Read mode
+// moves them to the sender's block: the sender stores locally and the
+// receiver loads across the link (NCCL's P2P read, its default between
+// sm_80 GPUs over NVLink). LL and LL128 slots stay with the receiver, which
+// polls their flags. Both ends of a connector pass the same mode and say it
+// in their handles.
+//
 // Connecting is collective between the two ranks of each connector: both
 // pass matching requests (same tag, `send` reversed). Every rank posts all
 // its handles before it waits for any, so any set of requests connects
@@ -65,6 +73,7 @@ struct P2pRequest {
   P2pEnd* end;
   bool ll128 = false;  // the receiver's block carries LL128 slots (both ends pass the same)
   bool throughHost = false;  // this end's block in host memory (peer-to-peer off: NCCL_P2P_DISABLE or _LEVEL)
+  bool read = false;         // read mode: the Simple slots in the sender's block (both ends pass the same)
 };
 
 // `device`: this rank's GPU. `setupStream`: a non-blocking stream of that GPU
