@@ -18,6 +18,7 @@ Status checkData(CommUse* use, ncclComm_t comm, const void* send, const char* se
                  const char* recvName, size_t count, int type, Communicator** out) {
   Communicator* c = nullptr;
   BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, use));
+  BRAID_CHECK(c->refuseIfRevoked());
   if (out != nullptr) *out = c;
   BRAID_CHECK(api::checkDatatype(type));
   if (count > 0) {
@@ -195,6 +196,7 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
     CommUse use;
     Communicator* c = nullptr;
     BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
+    BRAID_CHECK(c->refuseIfRevoked());
     BRAID_CHECK(api::checkDatatype(api::rawEnum(datatype)));
     BRAID_CHECK(api::checkNotNull(sendcounts, "sendcounts"));
     BRAID_CHECK(api::checkNotNull(sdispls, "sdispls"));

@@ -111,14 +111,19 @@ BRAID_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 }
 
 BRAID_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
-  return api::apiGuard("ncclCommRevoke", [&]() -> Status {
-    Communicator* c = nullptr;
-    BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
-    if (revokeFlags != NCCL_REVOKE_DEFAULT) {
-      return invalidArgument("argument 'revokeFlags' is ", revokeFlags, "; it must be NCCL_REVOKE_DEFAULT (0)");
-    }
-    return api::notBuiltYet("ncclCommRevoke", "communicator revocation");
-  }, comm);
+  return api::apiGuard(
+      "ncclCommRevoke",
+      [&]() -> Status {
+        if (comm == nullptr) return okStatus();  // as NCCL: revoking NULL is a no-op
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
+        if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+          return invalidArgument("argument 'revokeFlags' is ", revokeFlags,
+                                 "; it must be NCCL_REVOKE_DEFAULT (0)");
+        }
+        return commRevoke(c);
+      },
+      comm);
 }
 
 BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,

@@ -127,7 +127,9 @@ Communicator::~Communicator() {
   if (initThread_.joinable()) initThread_.join();
 }
 
-void Communicator::setAsyncError(const Status& status) { asyncError_.store(status.code()); }
+void Communicator::setAsyncError(const Status& status) {
+  if (!revoked_.load()) asyncError_.store(status.code());
+}
 
 void Communicator::abortOperations() {
   abort_.store(true);
@@ -135,9 +137,38 @@ void Communicator::abortOperations() {
   if (g != nullptr) g->abort();
 }
 
+Status Communicator::revoke() {
+  if (asyncError() == ncclInProgress && !revoked()) {
+    return invalidUsage(
+        "the communicator is still initializing (non-blocking init): poll "
+        "ncclCommGetAsyncError until it returns ncclSuccess");
+  }
+  if (revoked_.exchange(true)) {
+    return invalidArgument(
+        "argument 'comm' was already revoked: ncclCommRevoke is called once per communicator");
+  }
+  abortOperations();
+  waitUnused();
+  // Quiescent: no call of another thread runs on it, and the GPU kernels
+  // launched before end at their flag, which stays raised (the kernels'
+  // aborted waits are not reported: pollAsyncError skips them).
+  abort_.store(false);
+  asyncError_.store(ncclSuccess);
+  BRAID_INFO(kLogInit, "comm %p rank %d: revoked; split, shrink and destroy remain", static_cast<void*>(this),
+             rank_);
+  return okStatus();
+}
+
+Status Communicator::refuseIfRevoked() const {
+  if (!revoked()) return okStatus();
+  return invalidUsage(
+      "the communicator was revoked (ncclCommRevoke): it takes no more operations; split, "
+      "shrink or destroy it");
+}
+
 ncclResult_t Communicator::pollAsyncError() {
   GpuEngine* g = gpuView_.load();
-  if (g != nullptr && asyncError_.load() == ncclSuccess) {
+  if (g != nullptr && asyncError_.load() == ncclSuccess && !revoked()) {
     Status s = g->deviceStatus();
     if (!s.ok()) {
       BRAID_WARN("%s", s.message().c_str());

@@ -224,6 +224,17 @@ class Communicator : public StallListener {
   // with an error and later ones fail; the communicator stays registered
   // for its owner to destroy or abort (ncclCommShrink's NCCL_SHRINK_ABORT).
   void abortOperations();
+  // ncclCommRevoke: refuses operations from now on (revoked(),
+  // refuseIfRevoked), ends those in flight as an abort does (their waits,
+  // the GPU kernels'), waits until no other call uses the communicator, then
+  // leaves it quiescent: ncclSuccess, its bootstrap usable again for
+  // ncclCommSplit and ncclCommShrink, its kernels' flag still raised. Errors
+  // of the operations it stopped are not the communicator's.
+  Status revoke();
+  bool revoked() const { return revoked_.load(); }
+  // invalidUsage naming ncclCommRevoke once revoked, else OK: every
+  // operation's first check (also for a group's operations queued before).
+  Status refuseIfRevoked() const;
   bool sameProcess(int peer) const;  // a thread of this process (ncclCommInitAll)
 
  private:
@@ -265,6 +276,7 @@ class Communicator : public StallListener {
   std::atomic<ncclResult_t> asyncError_{ncclInProgress};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> abort_{false};
+  std::atomic<bool> revoked_{false};
   mutable std::mutex errorMutex_;
   std::string lastError_;
 

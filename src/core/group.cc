@@ -49,6 +49,10 @@ std::vector<Deferred>& ops() {
 Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items, size_t* next) {
   CommUse use;
   BRAID_CHECK(use.acquire(comm));
+  if (Status revoked = comm->refuseIfRevoked(); !revoked.ok()) {  // since its operations were queued
+    *next = items.size();
+    return revoked;
+  }
   Status first;
   // Gathered GPU collectives launch before what follows them on a stream:
   // a send/receive batch, or the end of this share.

@@ -314,9 +314,21 @@ Status commShrink(Communicator* parent, const int* exclude, int nexclude, ncclCo
 }
 
 Status commFinalize(Communicator* comm) {
+  if (comm->revoked()) {
+    return invalidArgument(
+        "argument 'comm' was revoked (ncclCommRevoke): it cannot be finalized; destroy it");
+  }
   if (comm->finalized()) return invalidUsage("the communicator was already finalized");
   comm->markFinalized();
   return okStatus();
+}
+
+Status commRevoke(Communicator* comm) {
+  BRAID_CHECK(comm->revoke());
+  // Quiescent already; a non-blocking communicator says so as NCCL's does.
+  return comm->config().blocking
+             ? okStatus()
+             : Status(ncclInProgress, "revoked; ncclCommGetAsyncError says when it is quiescent");
 }
 
 Status commDestroy(Communicator* comm) {

@@ -33,6 +33,8 @@ Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, cons
 Status commShrink(Communicator* parent, const int* exclude, int nexclude, ncclComm_t* out,
                   const CommConfig* config, bool abortParent);
 Status commFinalize(Communicator* comm);
+// ncclCommRevoke (Communicator::revoke); ncclInProgress for a non-blocking one.
+Status commRevoke(Communicator* comm);
 Status commDestroy(Communicator* comm);
 Status commAbort(Communicator* comm);
 

@@ -1194,6 +1194,83 @@ INSTANTIATE_TEST_SUITE_P(Waits, GpuAbort,
                            return std::string(p.param.name);
                          });
 
+// ncclCommRevoke while rank 0's all-reduce waits for rank 1, which never
+// joins: the kernel must end (the stream drains) within seconds, and the
+// communicator be quiescent (ncclSuccess) and refuse an all-reduce. Rank 1
+// revokes its idle communicator; then both split theirs and the child's
+// all-reduce must be exact.
+TEST(GpuRevoke, ReleasesAKernelWaitingForAPeerThenSplits) {
+  BRAID_NEED_A_GPU(g);
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::string> env = kEnv;
+  for (const std::string& e : g.env()) env.push_back(e);
+  RootProcess root = startRootProcess({"BRAID_BACKEND=host"});
+  auto out = runRanks(
+      g.ranks,
+      [&](int rank, int nranks) -> std::string {
+        JoinedRank j;
+        std::string err = joinWithOneAllReduce(g.deviceOf(rank), rank, nranks, root.id, &j);
+        if (!err.empty()) return err;
+        auto [stream, comm, buf, count] = j;
+        if (rank == 0) {
+          err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream),
+                      "the lone all-reduce");
+          if (!err.empty()) return err;
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          if (gpusweep::streamQuery(stream) != gpusweep::kNotReady) {
+            return "the all-reduce ended without its peers: it should still be waiting";
+          }
+          const auto t0 = Clock::now();
+          err = check(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), "ncclCommRevoke");
+          if (!err.empty()) return err;
+          hipError_t e = gpusweep::kNotReady;
+          while ((e = gpusweep::streamQuery(stream)) == gpusweep::kNotReady &&
+                 std::chrono::duration<double>(Clock::now() - t0).count() < 30) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+          std::fprintf(stderr, "[ revoke ] the waiting kernel ended %.3f s after ncclCommRevoke\n", secs);
+          if (e == gpusweep::kNotReady) return "the kernel still ran 30 s after ncclCommRevoke";
+          err = hipCheck(e, "the revoked stream");
+          if (!err.empty()) return err;
+        } else {
+          std::this_thread::sleep_for(std::chrono::seconds(2));  // rank 0 has revoked by then
+          err = check(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), "ncclCommRevoke (idle)");
+          if (!err.empty()) return err;
+        }
+        ncclResult_t async = ncclInternalError;
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess) {
+          return strCat("after the revoke the communicator is ", ncclGetErrorString(async), ": ",
+                        ncclGetLastError(comm));
+        }
+        if (ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream) != ncclInvalidUsage) {
+          return "a revoked communicator took an all-reduce";
+        }
+        ncclComm_t child = nullptr;
+        err = check(ncclCommSplit(comm, 0, rank, &child, nullptr), "splitting the revoked communicator");
+        std::vector<float> h(count, static_cast<float>(rank + 1));
+        if (err.empty())
+          err = hipCheck(hipMemcpy(buf, h.data(), count * sizeof(float), hipMemcpyHostToDevice), "upload");
+        if (err.empty())
+          err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, child, stream),
+                      "the child's all-reduce");
+        if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
+        if (err.empty())
+          err = hipCheck(hipMemcpy(h.data(), buf, count * sizeof(float), hipMemcpyDeviceToHost), "download");
+        const float want = static_cast<float>(nranks * (nranks + 1) / 2);
+        for (size_t i = 0; i < count && err.empty(); ++i) {
+          if (h[i] != want)
+            err = strCat("the child's all-reduce gave ", h[i], " at ", i, " where ", want, " was expected");
+        }
+        if (child != nullptr) err += check(ncclCommDestroy(child), "destroying the child");
+        err += check(ncclCommDestroy(comm), "destroying the revoked communicator");
+        (void)hipFree(buf);
+        return err + hipCheck(hipStreamDestroy(stream), "hipStreamDestroy");
+      },
+      90, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 // --- (j): ranks on two hosts (host ids): GPU connectors through the net proxy ----
 
 // Two "hosts" on this machine (BRAID_HOSTID), two ranks each: connectors

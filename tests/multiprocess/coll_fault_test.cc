@@ -2,8 +2,10 @@
 // (BRAID_CHECK_COLL=1 names them), a rank that never arrives (the stall
 // timeout names the collective, channel and peer; BRAID_DUMP_ON_STALL=1 logs
 // the FIFO state), a rank killed mid-collective, ncclCommAbort from
-// another thread while a collective waits, and ncclCommShrink leaving
-// ranks out, planned or after one died.
+// another thread while a collective waits, ncclCommShrink leaving
+// ranks out, planned or after one died, and ncclCommRevoke releasing a
+// collective that waits, then splitting and shrinking the revoked
+// communicator.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -265,6 +267,111 @@ TEST(CollFaults, ShrinkAbortRecoversFromAKilledRank) {
     EXPECT_TRUE(out[static_cast<size_t>(r)].exited) << "rank " << r << " hung or crashed";
     EXPECT_EQ(out[static_cast<size_t>(r)].report, "") << "rank " << r;
   }
+}
+
+// Ranks 0 and 1 start an all-reduce rank 2 never joins; another thread of
+// each revokes its communicator after 300 ms, which must release the call
+// within a second. Rank 2 revokes its idle communicator. Then on every
+// rank, as NCCL 2.29+ does: the communicator is quiescent (ncclSuccess),
+// refuses collectives and sends (ncclInvalidUsage), a second revoke, a
+// flag other than 0 and ncclCommFinalize (ncclInvalidArgument), while
+// splitting it (all three) and shrinking it (without rank 2) give
+// communicators that work. A non-blocking child's revoke is ncclInProgress,
+// then settles; revoking NULL is a no-op.
+TEST(CollFaults, RevokeReleasesAWaitingCollectiveAndLeavesSplitAndShrink) {
+  RootProcess root = startRootProcess();
+  auto out = runRanks(
+      3,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (err.empty()) err = allReduceOf(comm, rank, 6.0f, "first allreduce");
+        if (!err.empty()) return err;
+        std::vector<float> buf(1 << 20, 1.0f);
+        if (rank < 2) {
+          std::chrono::steady_clock::time_point revokedAt;
+          ncclResult_t revoked = ncclInternalError;
+          std::thread revoker([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            revokedAt = std::chrono::steady_clock::now();
+            revoked = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+          });
+          const ncclResult_t r =
+              ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+          revoker.join();
+          const double took = secondsSince(revokedAt);
+          if (revoked != ncclSuccess) return "the revoke gave " + std::string(ncclGetErrorString(revoked));
+          if (r == ncclSuccess) return "the all-reduce succeeded without rank 2";
+          if (took > 1.0) return "the all-reduce let go " + std::to_string(took) + " s after the revoke";
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(600));
+          err = check(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), "revoking an idle communicator");
+          if (!err.empty()) return err;
+        }
+        ncclResult_t async = ncclInternalError;
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess) {
+          return "after the revoke the communicator is " + std::string(ncclGetErrorString(async));
+        }
+        const struct {
+          const char* what;
+          ncclResult_t got, want;
+        } refusals[] = {
+            {"an all-reduce", ncclAllReduce(buf.data(), buf.data(), 16, ncclFloat, ncclSum, comm, nullptr),
+             ncclInvalidUsage},
+            {"a send", ncclSend(buf.data(), 16, ncclFloat, (rank + 1) % n, comm, nullptr), ncclInvalidUsage},
+            {"a second revoke", ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidArgument},
+            {"a revoke with flag 1", ncclCommRevoke(comm, 1), ncclInvalidArgument},
+            {"ncclCommFinalize", ncclCommFinalize(comm), ncclInvalidArgument},
+            {"revoking NULL", ncclCommRevoke(nullptr, NCCL_REVOKE_DEFAULT), ncclSuccess},
+        };
+        for (const auto& c : refusals) {
+          if (c.got != c.want) {
+            return std::string(c.what) + " after the revoke gave " + ncclGetErrorString(c.got) + ", not " +
+                   ncclGetErrorString(c.want);
+          }
+        }
+        if (std::string(ncclGetLastError(comm)).find("revoked") == std::string::npos) {
+          return "the last error does not say revoked: " + std::string(ncclGetLastError(comm));
+        }
+        ncclComm_t child = nullptr;
+        err = check(ncclCommSplit(comm, 0, rank, &child, nullptr), "splitting the revoked communicator");
+        if (err.empty()) err = allReduceOf(child, rank, 6.0f, "the split child's allreduce");
+        if (!err.empty()) return err;
+        // A non-blocking child: its revoke is ncclInProgress, then it settles.
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        ncclComm_t nb = nullptr;
+        ncclResult_t r = ncclCommSplit(child, 0, rank, &nb, &config);
+        if (r != ncclSuccess && r != ncclInProgress) return "non-blocking split: " + check(r, "split");
+        ncclResult_t state = ncclInProgress;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+          if (ncclCommGetAsyncError(nb, &state) != ncclSuccess) return "polling the non-blocking child";
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (state != ncclSuccess)
+          return "the non-blocking child ended " + std::string(ncclGetErrorString(state));
+        r = ncclCommRevoke(nb, NCCL_REVOKE_DEFAULT);
+        if (r != ncclInProgress) return "a non-blocking revoke gave " + std::string(ncclGetErrorString(r));
+        if (ncclCommGetAsyncError(nb, &state) != ncclSuccess || state != ncclSuccess) {
+          return "the non-blocking child did not settle after its revoke: " +
+                 std::string(ncclGetErrorString(state));
+        }
+        ncclCommDestroy(nb);
+        ncclCommDestroy(child);
+        if (rank < 2) {
+          int exclude[] = {2};
+          ncclComm_t small = nullptr;
+          err = check(ncclCommShrink(comm, exclude, 1, &small, nullptr, NCCL_SHRINK_DEFAULT),
+                      "shrinking the revoked communicator");
+          if (err.empty()) err = allReduceOf(small, rank, 3.0f, "the shrunk allreduce");
+          if (small != nullptr) ncclCommDestroy(small);
+        }
+        err += check(ncclCommDestroy(comm), "destroying the revoked communicator");
+        return err;
+      },
+      60, {"BRAID_STALL_TIMEOUT=60", "BRAID_BOOTSTRAP_TIMEOUT=20"});
+  EXPECT_EQ(describeFailures(out), "");
 }
 
 }  // namespace
