@@ -147,6 +147,7 @@ Status Communicator::revoke() {
     return invalidArgument(
         "argument 'comm' was already revoked: ncclCommRevoke is called once per communicator");
   }
+  asyncError_.store(ncclInProgress);  // as NCCL's: in progress until quiescent
   abortOperations();
   waitUnused();
   // Quiescent: no call of another thread runs on it, and the GPU kernels

@@ -226,10 +226,11 @@ class Communicator : public StallListener {
   void abortOperations();
   // ncclCommRevoke: refuses operations from now on (revoked(),
   // refuseIfRevoked), ends those in flight as an abort does (their waits,
-  // the GPU kernels'), waits until no other call uses the communicator, then
-  // leaves it quiescent: ncclSuccess, its bootstrap usable again for
-  // ncclCommSplit and ncclCommShrink, its kernels' flag still raised. Errors
-  // of the operations it stopped are not the communicator's.
+  // the GPU kernels'), waits until no other call uses the communicator
+  // (ncclInProgress meanwhile), then leaves it quiescent: ncclSuccess, its
+  // bootstrap usable again for ncclCommSplit and ncclCommShrink, its
+  // kernels' flag still raised. Errors of the operations it stopped are not
+  // the communicator's.
   Status revoke();
   bool revoked() const { return revoked_.load(); }
   // invalidUsage naming ncclCommRevoke once revoked, else OK: every
