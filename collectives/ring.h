@@ -22,8 +22,14 @@
 // algorithm on its part of the buffers: all-gather and reduce-scatter get
 // `stride`, the distance between two ranks' blocks (the full count). These
 // templates know nothing of transports, threads or devices: the host engine
-// runs them over HostPrims, the GPU executor will run them over device
-// primitives.
+// runs them over HostPrims, the GPU executor over device primitives.
+//
+// Results travel only through the verbs with an output: copySend,
+// recvCopySend and recvReduceCopySend send data that is final at dst (for
+// copySend, dst even when it is src), and the step they meet on the next
+// rank is a recv or recvCopySend of the same offset of its output. Device
+// primitives rely on it in ring direct mode (ranks of one process), where
+// such a step writes the next rank's output instead of its FIFO.
 #pragma once
 
 #include <algorithm>

@@ -30,7 +30,13 @@ SizeParam paramGpuP2pStep("GPU_P2P_STEP", 256u << 10,
 SizeParam paramGpuP2pDirectMin(
     "GPU_P2P_DIRECT_MIN_BYTES", 512u << 10,
     "GPU backend: a send to a rank of the same process is written straight into the receiver's buffer, "
-    "skipping the FIFO, where a channel's part of it is at least this large (0: never)");
+    "skipping the FIFO, where a channel's part of it is at least this large (0: never; every rank uses 0 if "
+    "any rank sets 0, else the largest value set)");
+SizeParam paramGpuRingDirectMin(
+    "GPU_RING_DIRECT_MIN_BYTES", 128u << 10,
+    "GPU backend: a ring collective (Simple protocol) between ranks of the same process writes its results "
+    "straight into the next rank's output buffer, skipping the FIFO, where a channel's part of it is at "
+    "least this large (0: never; every rank uses 0 if any rank sets 0, else the largest value set)");
 SizeParam paramBuffSize("BUFFSIZE", 4u << 20,
                          "Bytes of each connector's FIFO (all its steps together); larger moves more per step");
 IntParam paramStallTimeout("STALL_TIMEOUT", 300,
@@ -237,8 +243,24 @@ size_t Communicator::gpuP2pStepBytes() const {
   return std::max<size_t>(64, static_cast<size_t>(paramGpuP2pStep.get()) / 64 * 64);
 }
 
+namespace {
+// One threshold for every rank: 0 (never) if any rank says so, else the largest.
+size_t agreedDirectMin(const std::vector<PeerInfo>& peers, uint64_t PeerInfo::*field) {
+  uint64_t v = 0;
+  for (const PeerInfo& p : peers) {
+    if (p.*field == 0) return 0;
+    v = std::max(v, p.*field);
+  }
+  return static_cast<size_t>(v);
+}
+}  // namespace
+
 size_t Communicator::gpuP2pDirectMinBytes() const {
-  return static_cast<size_t>(paramGpuP2pDirectMin.get());
+  return agreedDirectMin(peers_, &PeerInfo::p2pDirectMin);
+}
+
+size_t Communicator::gpuRingDirectMinBytes() const {
+  return agreedDirectMin(peers_, &PeerInfo::ringDirectMin);
 }
 
 size_t Communicator::p2pSlotBytes() const {
@@ -373,6 +395,8 @@ Status Communicator::exchangePeerInfo() {
     const int read = static_cast<int>(paramP2pRead.get());
     me.p2pRead =
         read >= 0 ? read : std::strcmp(gpuFlavorName(), "cuda") == 0 && gpu.arch == "sm_80" && nvlinkToAll;
+    me.p2pDirectMin = static_cast<uint64_t>(paramGpuP2pDirectMin.get());
+    me.ringDirectMin = static_cast<uint64_t>(paramGpuRingDirectMin.get());
     if (g >= 0 && topoSchedule_.nodes == 1) {
       me.nRingPos = std::min(topoSchedule_.nChannels(), kMaxChannels);
       for (int c = 0; c < me.nRingPos; ++c) {

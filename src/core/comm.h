@@ -70,6 +70,12 @@ struct PeerInfo {
   // (NCCL_P2P_READ_ENABLE, or by default an sm_80 with NVLink to every GPU
   // of its node; transports/p2p/p2p_transport.h).
   int32_t p2pRead = 0;
+  // GPU backend: this rank's BRAID_GPU_P2P_DIRECT_MIN_BYTES and
+  // BRAID_GPU_RING_DIRECT_MIN_BYTES. Both ends of a connector must take the
+  // same path, so the communicator uses one value for every rank
+  // (agreedDirectMin).
+  uint64_t p2pDirectMin = 0;
+  uint64_t ringDirectMin = 0;
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -205,7 +211,12 @@ class Communicator : public StallListener {
   size_t gpuP2pStepBytes() const;
   // GPU backend: the smallest channel part of a send written straight into
   // a receiver of this process (BRAID_GPU_P2P_DIRECT_MIN_BYTES; 0: never).
+  // Agreed: 0 if any rank set 0, else the largest any rank set.
   size_t gpuP2pDirectMinBytes() const;
+  // GPU backend: the smallest channel part of a ring collective (Simple)
+  // whose output ranks of this process write into each other directly
+  // (BRAID_GPU_RING_DIRECT_MIN_BYTES; 0: never), agreed the same way.
+  size_t gpuRingDirectMinBytes() const;
   // BRAID_STALL_TIMEOUT: how long an operation may make no progress.
   double stallTimeoutSeconds() const;
 

@@ -158,6 +158,9 @@ class GpuEngineImpl final : public GpuEngine {
   Status useDevice() const;
   // The kernel's algorithm and channel count for a collective.
   void plan(const CollArgs& a, const TuneChoice& choice, device::DevAlgo* algo, int* nch) const;
+  // Ring direct mode for a ring collective in Simple (dev_work.h,
+  // kDevRingDirect bits) of `bytes` over `nch` channels.
+  int32_t ringDirect(const CollArgs& a, uint64_t bytes, int nch, uint64_t seq) const;
   bool peersConnected(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) const;
   // A group's sends and receives: the peers each way and the peer channels they use.
   struct P2pNeeds {
@@ -524,6 +527,10 @@ Status GpuEngineImpl::deviceStatus() const {
                         " differs in size from the receive that rank posted for it: a send and its receive "
                         "must have the same count and datatype");
   }
+  if (s.code == device::kDevMismatch && s.waitingFor == 5) {
+    return invalidUsage("a ring collective's part on channel ", s.channel, " differs in size from rank ",
+                        s.peer, "'s: every rank must pass the same count and datatype");
+  }
   if (s.code == device::kDevMismatch && s.waitingFor == 0) {
     return invalidUsage("step ", s.step, " from rank ", s.peer, " on channel ", s.channel,
                         " differs in size from what this rank's receive expects: rank ", s.peer,
@@ -540,6 +547,11 @@ Status GpuEngineImpl::deviceStatus() const {
     return remoteError("a GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ", s.channel,
                        " for rank ", s.peer, " to post the receive of a large send (step ", s.step,
                        "); that rank may be stuck or may not receive it");
+  }
+  if (s.waitingFor == 5) {
+    return remoteError("a GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ", s.channel,
+                       " for rank ", s.peer, " to start its part of a ring collective (step ", s.step,
+                       "); that rank may be stuck or may not have called it");
   }
   if (s.waitingFor >= 2) {
     return remoteError("a zero-copy GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ",
@@ -669,6 +681,9 @@ Status GpuEngineImpl::collective(const CollArgs& a, const HostPlan& hostPlan) {
       BRAID_CHECK(ensureRing(nch));
     }
   }
+  if (d.algo == device::DevAlgo::Ring && choice.proto == Protocol::Simple && n > 1) {
+    d.ringDirect = ringDirect(a, d.count * elemSize, nch, hostPlan.seq);
+  }
   const bool fusable =
       groupFuses() && device::fusable(key.move ? device::DevOp::Sum : key.op, d.algo, n, choice.proto);
   if (fusable && gathered_.n > 0 && gathered_.n < device::kDevMaxFused && gatheredKey_ == key &&
@@ -681,6 +696,26 @@ Status GpuEngineImpl::collective(const CollArgs& a, const HostPlan& hostPlan) {
   gathered_.n = 1;
   gatheredKey_ = key, gatheredStream_ = a.stream;
   return fusable ? okStatus() : flush();
+}
+
+int32_t GpuEngineImpl::ringDirect(const CollArgs& a, uint64_t bytes, int nch, uint64_t seq) const {
+  // The same on every rank: the collective, its size, the agreed threshold.
+  const size_t min = comm_->gpuRingDirectMinBytes();
+  const bool carries =
+      a.type == CollType::AllReduce || a.type == CollType::AllGather || a.type == CollType::Broadcast;
+  uint64_t lo = 0, len = 0;
+  device::channelPart(bytes, 1, nch, 0, &lo, &len);  // channel 0's part (the largest)
+  if (min == 0 || !carries || len < min) return 0;
+  // This rank's own: may the previous rank's GPU write its output? (Asked
+  // only where some channel's previous rank is a GPU of this process.)
+  bool box = false;
+  for (int c = 0; c < nch && !box; ++c) box = hostChannels_[static_cast<size_t>(c)].ringRecv.box != nullptr;
+  if (!box) return device::kDevRingDirect;
+  const bool writable = peerWritable(a.recv, device_);
+  BRAID_TRACE(kLogColl | kLogP2p, "%s #%llu: the ring %s", a.name, static_cast<unsigned long long>(seq),
+              writable ? "writes results straight into this rank's output"
+                       : "brings results through the FIFO (not memory the previous rank's GPU may write)");
+  return device::kDevRingDirect | (writable ? device::kDevRingWritable : 0);
 }
 
 namespace {

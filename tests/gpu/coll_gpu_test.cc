@@ -346,8 +346,14 @@ std::string groupChecks(const std::vector<ncclComm_t>& comms, std::vector<std::u
   return "";
 }
 
-// One thread drives `g.ranks` communicators in groups (GPU deviceOf(r) each).
-std::string driveInGroups(const GpuRanks& g) {
+using InProcessWork = std::function<std::string(const std::vector<ncclComm_t>& comms,
+                                                std::vector<std::unique_ptr<GpuMemory>>& mems)>;
+
+// Every rank of `g` in this process (ncclCommInitAll, GPU deviceOf(r)
+// each), with a non-blocking stream and its GpuMemory, one thread running
+// `work` over them; then the streams are destroyed (unless a wait wedged
+// one) and the communicators destroyed, or aborted after a failure.
+std::string withRanksInProcess(const GpuRanks& g, const InProcessWork& work) {
   const int n = g.ranks;
   std::vector<ncclComm_t> comms;
   std::string err = initAll(g, &comms);
@@ -363,13 +369,18 @@ std::string driveInGroups(const GpuRanks& g) {
     mems.push_back(
         std::make_unique<GpuMemory>(g.deviceOf(r), streams[static_cast<size_t>(r)], kSyncTimeoutSec));
   }
-  if (err.empty()) err = groupChecks(comms, mems);
+  if (err.empty()) err = work(comms, mems);
   bool wedged = false;
   for (auto& m : mems) wedged = wedged || m->wedged();
   for (int r = 0; r < n && !wedged; ++r) {
     if (streams[static_cast<size_t>(r)] != nullptr) (void)hipStreamDestroy(streams[static_cast<size_t>(r)]);
   }
   return err + endAll(comms, !err.empty());
+}
+
+// One thread drives `g.ranks` communicators in groups (GPU deviceOf(r) each).
+std::string driveInGroups(const GpuRanks& g) {
+  return withRanksInProcess(g, groupChecks);
 }
 
 TEST(GpuCollGroup, OneThreadDrivesAllGpus) {
@@ -571,6 +582,26 @@ TEST(GpuP2pRead, SweepsRunInReadMode) {
 // thread driving every rank in one group: "" if every receive holds what
 // its sender sent.
 enum class RecvMemory { kMalloc, kInterior, kPool, kPinnedHost };
+// `bytes` of `kind` memory on the current GPU (its stream `s` for pool
+// memory) at *p, and back.
+std::string allocOf(RecvMemory kind, size_t bytes, hipStream_t s, void** p) {
+  switch (kind) {
+    case RecvMemory::kMalloc:
+    case RecvMemory::kInterior: return hipCheck(hipMalloc(p, bytes), "hipMalloc");
+    case RecvMemory::kPool: return hipCheck(hipMallocAsync(p, bytes, s), "hipMallocAsync");
+    case RecvMemory::kPinnedHost: return hipCheck(hipHostMalloc(p, bytes, 0), "hipHostMalloc");
+  }
+  return "unknown memory kind";
+}
+void freeOf(RecvMemory kind, void* p, hipStream_t s) {
+  if (p == nullptr) return;
+  if (kind == RecvMemory::kPool) {
+    (void)hipFreeAsync(p, s);
+    (void)hipStreamSynchronize(s);
+  } else {
+    (void)(kind == RecvMemory::kPinnedHost ? hipHostFree(p) : hipFree(p));
+  }
+}
 std::string sendAroundInto(const std::vector<ncclComm_t>& comms,
                            std::vector<std::unique_ptr<GpuMemory>>& mems, RecvMemory kind, size_t count) {
   const int n = static_cast<int>(comms.size());
@@ -584,14 +615,7 @@ std::string sendAroundInto(const std::vector<ncclComm_t>& comms,
     err = hipCheck(hipSetDevice(mems[r]->device()), "hipSetDevice");
     if (err.empty()) err = hipCheck(hipMalloc(reinterpret_cast<void**>(&sends[r]), bytes), "hipMalloc");
     void* a = nullptr;
-    if (err.empty()) {
-      switch (kind) {
-        case RecvMemory::kMalloc:
-        case RecvMemory::kInterior: err = hipCheck(hipMalloc(&a, skip + bytes), "hipMalloc"); break;
-        case RecvMemory::kPool: err = hipCheck(hipMallocAsync(&a, bytes, s), "hipMallocAsync"); break;
-        case RecvMemory::kPinnedHost: err = hipCheck(hipHostMalloc(&a, bytes, 0), "hipHostMalloc"); break;
-      }
-    }
+    if (err.empty()) err = allocOf(kind, skip + bytes, s, &a);
     allocs[r] = static_cast<char*>(a);
     std::vector<float> h(count);
     for (size_t i = 0; i < count; ++i) h[i] = val(r, i);
@@ -619,15 +643,8 @@ std::string sendAroundInto(const std::vector<ncclComm_t>& comms,
   }
   for (int r = 0; r < n; ++r) {
     (void)hipSetDevice(mems[r]->device());
-    hipStream_t s = static_cast<hipStream_t>(mems[r]->stream());
     if (sends[r] != nullptr) (void)hipFree(sends[r]);
-    if (allocs[r] == nullptr) continue;
-    if (kind == RecvMemory::kPool) {
-      (void)hipFreeAsync(allocs[r], s);
-      (void)hipStreamSynchronize(s);
-    } else {
-      (void)(kind == RecvMemory::kPinnedHost ? hipHostFree(allocs[r]) : hipFree(allocs[r]));
-    }
+    freeOf(kind, allocs[r], static_cast<hipStream_t>(mems[r]->stream()));
   }
   return err;
 }
@@ -647,34 +664,21 @@ TEST(GpuP2pDirect, LargeSendsOfOneProcessWriteTheReceiveBuffer) {
   auto body = [g, &dir]() -> std::string {
     std::string err = driveInGroups(g);
     if (!err.empty()) return "group checks: " + err;
-    std::vector<ncclComm_t> comms;
-    err = initAll(g, &comms);
-    if (!err.empty()) return err;
-    std::vector<std::unique_ptr<GpuMemory>> mems;
-    std::vector<hipStream_t> streams(static_cast<size_t>(g.ranks), nullptr);
-    for (int r = 0; r < g.ranks && err.empty(); ++r) {
-      err = hipCheck(hipSetDevice(g.deviceOf(r)), "hipSetDevice");
-      if (err.empty()) err = hipCheck(hipStreamCreateWithFlags(&streams[r], hipStreamNonBlocking), "stream");
-      mems.push_back(std::make_unique<GpuMemory>(g.deviceOf(r), streams[r], kSyncTimeoutSec));
-    }
     const size_t count = (size_t(8) << 20) / sizeof(float) + 3;
-    const std::pair<RecvMemory, const char*> kinds[] = {{RecvMemory::kMalloc, "hipMalloc"},
-                                                        {RecvMemory::kInterior, "inside a hipMalloc"},
-                                                        {RecvMemory::kPool, "hipMallocAsync"},
-                                                        {RecvMemory::kPinnedHost, "pinned host memory"}};
-    for (const auto& [kind, name] : kinds) {
-      if (!err.empty()) break;
-      err = sendAroundInto(comms, mems, kind, count);
-      if (!err.empty()) {
-        err = strCat(name, ": ", err);
-        break;
-      }
-    }
-    bool wedged = false;
-    for (auto& m : mems) wedged = wedged || m->wedged();
-    for (hipStream_t s : streams)
-      if (s != nullptr && !wedged) (void)hipStreamDestroy(s);
-    err += endAll(comms, !err.empty());
+    err = withRanksInProcess(g,
+                             [count](const std::vector<ncclComm_t>& comms,
+                                     std::vector<std::unique_ptr<GpuMemory>>& mems) -> std::string {
+                               const std::pair<RecvMemory, const char*> kinds[] = {
+                                   {RecvMemory::kMalloc, "hipMalloc"},
+                                   {RecvMemory::kInterior, "inside a hipMalloc"},
+                                   {RecvMemory::kPool, "hipMallocAsync"},
+                                   {RecvMemory::kPinnedHost, "pinned host memory"}};
+                               for (const auto& [kind, name] : kinds) {
+                                 std::string e = sendAroundInto(comms, mems, kind, count);
+                                 if (!e.empty()) return strCat(name, ": ", e);
+                               }
+                               return "";
+                             });
     if (!err.empty()) return err;
     // Every rank sets up its connectors for direct writes; each receive of
     // the four kinds logs its path (the group checks' 65537 and 1M+3 float
@@ -738,6 +742,158 @@ TEST(GpuP2pDirect, ASendNobodyReceivesFailsAtTheStallTimeout) {
     return err + endAll(comms, true);
   };
   EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, {"BRAID_STALL_TIMEOUT=3"}), "");
+}
+
+// --- (f5): ring collectives writing results into the next rank's output -------
+
+// Ring collectives of `count` floats, one thread driving every rank in
+// groups, each rank's output in memory of kinds[r]: an all-reduce sum out
+// of place (output 4 bytes into its allocation: element by element), an
+// average in place, an all-gather in place, broadcasts from the last rank
+// out of place and from rank 0 in place. "" if every result is exact.
+std::string ringCollectivesInto(const std::vector<ncclComm_t>& comms,
+                                std::vector<std::unique_ptr<GpuMemory>>& mems,
+                                const std::vector<RecvMemory>& kinds, size_t count) {
+  const int n = static_cast<int>(comms.size());
+  auto val = [](int r, size_t i) { return static_cast<float>((r + 1) * static_cast<int>(i % 13)); };
+  const float rankSum = static_cast<float>(n * (n + 1) / 2);
+  const size_t outBytes = count * static_cast<size_t>(n) * sizeof(float) + 16;
+  std::vector<float*> in(n, nullptr);
+  std::vector<char*> out(n, nullptr);
+  auto stream = [&](int r) { return static_cast<hipStream_t>(mems[r]->stream()); };
+  // Rank r's values at `at` (`count` floats, or every rank's block).
+  auto upload = [&](int r, void* at, bool allRanks) {
+    std::vector<float> h(allRanks ? count * n : count);
+    for (size_t j = 0; j < h.size(); ++j) h[j] = val(allRanks ? static_cast<int>(j / count) : r, j % count);
+    std::string err = hipCheck(
+        hipMemcpyAsync(at, h.data(), h.size() * sizeof(float), hipMemcpyHostToDevice, stream(r)), "upload");
+    return err.empty() ? hipCheck(hipStreamSynchronize(stream(r)), "hipStreamSynchronize") : err;
+  };
+  std::string err;
+  for (int r = 0; r < n && err.empty(); ++r) {
+    err = hipCheck(hipSetDevice(mems[r]->device()), "hipSetDevice");
+    if (err.empty())
+      err = hipCheck(hipMalloc(reinterpret_cast<void**>(&in[r]), count * sizeof(float)), "hipMalloc");
+    void* a = nullptr;
+    if (err.empty()) err = allocOf(kinds[r], outBytes, stream(r), &a);
+    out[r] = static_cast<char*>(a);
+    if (err.empty()) err = upload(r, in[r], false);
+  }
+  // Runs one collective per rank in a group, then checks `got(r)` (floats
+  // at `at(r)`) against `want(r, j)`.
+  auto run = [&](const char* what, const std::function<void(int)>& call, const std::function<float*(int)>& at,
+                 size_t floats, const std::function<float(int, size_t)>& want) {
+    if (!err.empty()) return;
+    ncclGroupStart();
+    for (int r = 0; r < n; ++r) call(r);
+    err = check(ncclGroupEnd(), what);
+    for (int r = 0; r < n && err.empty(); ++r) err = mems[r]->synchronize(comms[r]);
+    std::vector<float> got(floats);
+    for (int r = 0; r < n && err.empty(); ++r) {
+      (void)hipSetDevice(mems[r]->device());
+      err = hipCheck(hipMemcpy(got.data(), at(r), floats * sizeof(float), hipMemcpyDefault), "download");
+      for (size_t j = 0; j < floats && err.empty(); ++j) {
+        if (got[j] != want(r, j))
+          err = strCat(what, ": rank ", r, " has ", got[j], " at ", j, ", not ", want(r, j));
+      }
+    }
+  };
+  auto outAt = [&](size_t offsetBytes) {
+    return [&, offsetBytes](int r) { return reinterpret_cast<float*>(out[r] + offsetBytes); };
+  };
+  run(
+      "all-reduce out of place",
+      [&](int r) {
+        ncclAllReduce(in[r], outAt(4)(r), count, ncclFloat32, ncclSum, comms[r], mems[r]->stream());
+      },
+      outAt(4), count, [&](int, size_t j) { return rankSum * static_cast<float>(j % 13); });
+  for (int r = 0; r < n && err.empty(); ++r) err = upload(r, out[r], false);
+  run(
+      "average in place",
+      [&](int r) { ncclAllReduce(out[r], out[r], count, ncclFloat32, ncclAvg, comms[r], mems[r]->stream()); },
+      outAt(0), count,
+      [&](int, size_t j) { return rankSum * static_cast<float>(j % 13) / static_cast<float>(n); });
+  for (int r = 0; r < n && err.empty(); ++r) err = upload(r, out[r] + r * count * sizeof(float), false);
+  run(
+      "all-gather in place",
+      [&](int r) {
+        ncclAllGather(out[r] + r * count * sizeof(float), out[r], count, ncclFloat32, comms[r],
+                      mems[r]->stream());
+      },
+      outAt(0), count * n, [&](int, size_t j) { return val(static_cast<int>(j / count), j % count); });
+  run(
+      "broadcast from the last rank",
+      [&](int r) { ncclBroadcast(in[r], out[r], count, ncclFloat32, n - 1, comms[r], mems[r]->stream()); },
+      outAt(0), count, [&](int, size_t j) { return val(n - 1, j); });
+  for (int r = 0; r < n && err.empty(); ++r) err = upload(r, out[r], false);
+  run(
+      "broadcast from rank 0 in place",
+      [&](int r) { ncclBroadcast(out[r], out[r], count, ncclFloat32, 0, comms[r], mems[r]->stream()); },
+      outAt(0), count, [&](int, size_t j) { return val(0, j); });
+  for (int r = 0; r < n; ++r) {
+    (void)hipSetDevice(mems[r]->device());
+    if (in[r] != nullptr) (void)hipFree(in[r]);
+    freeOf(kinds[r], out[r], stream(r));
+  }
+  return err;
+}
+constexpr int kRingCollectivesInto = 5;  // collectives per rank of ringCollectivesInto
+
+// Ranks of one process (one thread driving them): ring collectives in
+// Simple whose channel parts reach BRAID_GPU_RING_DIRECT_MIN_BYTES (4 KiB
+// here) write their results straight into the next rank's output where its
+// GPU may write it, and through the FIFO where the output is pool memory
+// (every rank's, or rank 0's only), with rings of 2 and of 4 ranks (whose
+// middle steps pass on what landed in the output). The group checks and
+// ringCollectivesInto must give exact results; the TRACE log must show
+// each collective's path.
+TEST(GpuRingDirect, RingsOfOneProcessWriteIntoTheNextRanksOutput) {
+  BRAID_NEED_A_GPU(g0);
+  for (int ranks : {g0.ranks, 4}) {
+    const GpuRanks g{ranks, g0.gpus};
+    const ScopedTempDir dir("braid-ringdirect-");
+    ASSERT_FALSE(dir.path().empty());
+    const std::vector<std::vector<RecvMemory>> kindSets = {
+        std::vector<RecvMemory>(static_cast<size_t>(ranks), RecvMemory::kMalloc),
+        std::vector<RecvMemory>(static_cast<size_t>(ranks), RecvMemory::kPool), [ranks] {
+          std::vector<RecvMemory> k(static_cast<size_t>(ranks), RecvMemory::kMalloc);
+          k[0] = RecvMemory::kPool;
+          return k;
+        }()};
+    const std::vector<size_t> counts = {65537, (size_t(1) << 20) + 3};
+    auto body = [g, &kindSets, &counts, &dir]() -> std::string {
+      std::string err = driveInGroups(g);
+      if (!err.empty()) return "group checks: " + err;
+      err = withRanksInProcess(g,
+                               [&](const std::vector<ncclComm_t>& comms,
+                                   std::vector<std::unique_ptr<GpuMemory>>& mems) -> std::string {
+                                 for (size_t k = 0; k < kindSets.size(); ++k) {
+                                   for (size_t count : counts) {
+                                     std::string e = ringCollectivesInto(comms, mems, kindSets[k], count);
+                                     if (!e.empty())
+                                       return strCat("memory set ", k, ", count ", count, ": ", e);
+                                   }
+                                 }
+                                 return "";
+                               });
+      if (!err.empty()) return err;
+      // Per count: every rank's collectives direct in the first set, through
+      // the FIFO in the second, rank 0's through the FIFO in the third; the
+      // group checks add direct ones. (The log is this process's.)
+      const int direct = logLines(dir.path(), {"the ring writes results straight into this rank's output"});
+      const int fifo = logLines(dir.path(), {"the ring brings results through the FIFO"});
+      const int per = kRingCollectivesInto * static_cast<int>(counts.size());
+      if (fifo != per * (g.ranks + 1) || direct < per * (2 * g.ranks - 1)) {
+        return strCat(direct, " collectives logged direct writes and ", fifo, " the FIFO, where at least ",
+                      per * (2 * g.ranks - 1), " and exactly ", per * (g.ranks + 1), " were expected");
+      }
+      return "";
+    };
+    const std::vector<std::string> env = {
+        "NCCL_ALGO=Ring",   "NCCL_PROTO=Simple",      "BRAID_GPU_RING_DIRECT_MIN_BYTES=4096",
+        "NCCL_DEBUG=TRACE", "NCCL_DEBUG_SUBSYS=COLL", "NCCL_DEBUG_FILE=" + dir.path() + "/%p.log"};
+    EXPECT_EQ(inOneChild(g, body, kQuickTimeoutSec, env), "") << ranks << " ranks";
+  }
 }
 
 // --- (g): algorithm, protocol, channels and buffers forced through the environment

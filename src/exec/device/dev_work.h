@@ -40,7 +40,9 @@ struct DevStatus {
   int32_t peer;     // the rank it waited for
   // 0: data (tail or LL flags), 1: a free slot (head); zero-copy: 2 a peer
   // to enter, 3 a peer to finish; 4: a receiver to hand over its buffer
-  // (direct writes; with kDevMismatch: its size differs from the send's)
+  // (direct writes; with kDevMismatch: its size differs from the send's);
+  // 5: the next rank of a ring to post its output (ring direct mode; with
+  // kDevMismatch: its part differs in size)
   int32_t waitingFor;
   uint64_t step;
 };
@@ -58,6 +60,16 @@ struct DevCtx {
 enum class DevAlgo : int32_t { Ring = 0, Tree = 1, Direct = 2, TwoShot = 3 };
 enum class DevColl : int32_t { AllReduce = 0, AllGather = 1, ReduceScatter = 2, Broadcast = 3, Reduce = 4 };
 
+// Ring direct mode (Ring, Simple; ranks of one process, whose ring
+// connectors carry a mailbox): on each channel the receiver posts its output
+// buffer in the mailbox when the call starts (null if the sender's GPU may
+// not write it), and steps that carry results (collectives/ring.h) go
+// straight into the next rank's output instead of its FIFO. Both ends set
+// kDevRingDirect alike (same sizes, one agreed threshold);
+// kDevRingWritable is this rank's own: may the previous rank's GPU write
+// its output?
+constexpr int32_t kDevRingDirect = 1, kDevRingWritable = 2;
+
 struct DevCollArgs {
   const void* send = nullptr;
   void* recv = nullptr;
@@ -72,6 +84,7 @@ struct DevCollArgs {
   int32_t rank = 0, nranks = 1, root = 0;
   int32_t nChannels = 1;
   int32_t avgDivisor = 0;                // > 0: divide the result by it (ncclAvg)
+  int32_t ringDirect = 0;                // kDevRingDirect* bits (Ring, Simple)
   const DevChannel* channels = nullptr;  // device memory, nChannels entries
   const DevConn* peerSend = nullptr;     // direct: device memory, [channel * nranks + peer]
   const DevConn* peerRecv = nullptr;

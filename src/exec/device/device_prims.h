@@ -180,14 +180,63 @@ class DevPrims {
     checkSizes_ = true;
   }
 
+  // Under ring direct mode (directOutput) the verbs that carry results --
+  // recv and recvCopySend receiving, copySend, recvCopySend and
+  // recvReduceCopySend sending -- take them from / write them to the
+  // ranks' outputs at dst's offset (collectives/ring.h).
   __device__ void send(const T* src, uint64_t n) { step(src, true, false, nullptr, true, n); }
-  __device__ void recv(T* dst, uint64_t n) { step(nullptr, false, true, dst, false, n); }
+  __device__ void recv(T* dst, uint64_t n) {
+    if (receivesDirect()) return step(nullptr, false, true, nullptr, false, n, false);  // it is in dst
+    step(nullptr, false, true, dst, false, n);
+  }
   __device__ void recvReduceSend(const T* src, uint64_t n) { step(src, true, true, nullptr, true, n); }
-  __device__ void recvReduceCopySend(const T* src, T* dst, uint64_t n) { step(src, true, true, dst, true, n); }
+  __device__ void recvReduceCopySend(const T* src, T* dst, uint64_t n) {
+    step(src, true, true, dst, true, n, true, dst);
+  }
   __device__ void recvReduceCopy(const T* src, T* dst, uint64_t n) { step(src, true, true, dst, false, n); }
-  __device__ void recvCopySend(T* dst, uint64_t n) { step(nullptr, false, true, dst, true, n); }
+  __device__ void recvCopySend(T* dst, uint64_t n) {
+    if (receivesDirect()) return step(dst, false, true, nullptr, true, n, false, dst);  // pass on dst
+    step(nullptr, false, true, dst, true, n, true, dst);
+  }
   __device__ void copySend(const T* src, T* dst, uint64_t n) {
-    step(src, false, false, src == dst ? nullptr : dst, true, n);
+    step(src, false, false, src == dst ? nullptr : dst, true, n, false, dst);
+  }
+
+  // Ring direct mode (dev_work.h, kDevRingDirect; Simple, one connector
+  // each way), once as a ring call starts, with this rank's part of its
+  // output (`n` elements; every rank's part lies at the same offsets). On
+  // the receive connector's mailbox (null: none) this rank posts `out`, or
+  // null where the previous rank's GPU may not write it (!writable), and
+  // then finds the results it receives where they landed. On the send
+  // connector's it waits for the next rank's post: where that is a buffer,
+  // results go straight there instead of through the FIFO. Steps are
+  // counted and waited for as through the FIFO.
+  __device__ void directOutput(uint64_t* sendBox, uint64_t* recvBox, T* out, uint64_t n, bool writable) {
+    __shared__ uint64_t sPeerOut;
+    if (failed_) return;
+    bool bad = *sFail_ != 0;
+    if (threadIdx.x == 0) {
+      sPeerOut = 0;
+      if (!bad && recvBox != nullptr) {
+        recvBox[DevDirectBox::kBuffer] = writable ? reinterpret_cast<uint64_t>(out) : 0;
+        recvBox[DevDirectBox::kBytes] = n * sizeof(T);
+        __threadfence_system();
+        storeRelaxed(recvBox + DevDirectBox::kStep, rstep_[0] + 1);
+      }
+      if (!bad && sendBox != nullptr) {
+        const DevWait w{channel_, speer_[0], 5, sstep_[0]};
+        bad = !waitAtLeast(sendBox + DevDirectBox::kStep, sstep_[0] + 1, w.peer, w.waitingFor, w.step);
+        if (!bad && loadElem(sendBox + DevDirectBox::kBytes) != n * sizeof(T)) {
+          recordWaitFailure(ctx_, sFail_, kDevMismatch, w);
+          bad = true;
+        }
+        if (!bad) sPeerOut = loadElem(sendBox + DevDirectBox::kBuffer);
+      }
+    }
+    failed_ = __syncthreads_or(bad);
+    outBase_ = out;
+    peerOut_ = failed_ ? nullptr : reinterpret_cast<T*>(sPeerOut);
+    recvDirect_ = recvBox != nullptr && writable;
   }
   // One step on every send (receive) connector at once, each with its own
   // data: connector i sends srcs[i][0, ns[i]) (through Op::pre, as send
@@ -253,10 +302,18 @@ class DevPrims {
   }
 
  private:
-  __device__ void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
+  // readRecv: take the received data from the FIFO (ring direct mode:
+  // not where it already landed in the output). at: where in this rank's
+  // output the data sent belongs (ring direct mode: where it goes in the
+  // next rank's).
+  __device__ void step(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n,
+                       bool readRecv = true, const T* at = nullptr) {
     if (!begin(fromRecv, toSend, [n](int) { return n; })) return;
-    const bool ok = move(src, srcPre, fromRecv, dst, toSend, n);
+    const bool ok = move(src, srcPre, fromRecv && readRecv, dst, toSend, n, at);
     end(fromRecv, toSend, !ok, [n](int) { return n; });
+  }
+  __device__ bool receivesDirect() const {
+    return P == Protocol::Simple && recvDirect_;
   }
 
   __device__ void stepEach(const T* const* srcs, T* const* dsts, const size_t* ns) {
@@ -312,9 +369,9 @@ class DevPrims {
   }
 
   __device__ __forceinline__ bool move(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend,
-                                       uint64_t n) {
+                                       uint64_t n, const T* at = nullptr) {
     if constexpr (P == Protocol::Simple) {
-      moveSimple(src, srcPre, fromRecv, dst, toSend, n);
+      moveSimple(src, srcPre, fromRecv, dst, toSend, n, at);
       return true;
     } else if constexpr (P == Protocol::LL128) {
       return moveLL128(src, srcPre, fromRecv, dst, toSend, n);
@@ -373,7 +430,8 @@ class DevPrims {
 
   // ---- Simple ----------------------------------------------------------------
 
-  __device__ void moveSimple(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n) {
+  __device__ void moveSimple(const T* src, bool srcPre, bool fromRecv, T* dst, bool toSend, uint64_t n,
+                             const T* at) {
     constexpr int kIn = kRecv + 1, kOut = kSend + 1;
     const T* in[kIn];
     bool pre[kIn];
@@ -397,8 +455,11 @@ class DevPrims {
     if (toSend) {
 #pragma unroll
       for (int i = 0; i < kSend; ++i)
-        if (sendOn(i))
-          out[nout++] = reinterpret_cast<T*>(sbuf_[i] + (sstep_[i] % kConnectorSteps) * slotBytes_);
+        if (sendOn(i)) {
+          out[nout++] = i == 0 && at != nullptr && peerOut_ != nullptr
+                            ? peerOut_ + (at - outBase_)
+                            : reinterpret_cast<T*>(sbuf_[i] + (sstep_[i] % kConnectorSteps) * slotBytes_);
+        }
     }
     if (n == 0 || nout == 0) return;
     reduceCopy<kIn, kOut>(in, pre, nin, out, nout, n);
@@ -725,6 +786,9 @@ class DevPrims {
   int channel_;
   volatile int* sFail_;
   bool failed_ = false;
+  bool recvDirect_ = false;  // ring direct mode: results arrive in this rank's output
+  T* outBase_ = nullptr;     // ring direct mode: this rank's output part
+  T* peerOut_ = nullptr;     // ... and the next rank's, where results go (null: the FIFO)
   uint64_t slotBytes_ = 0, maxElems_ = 0;
   char* sbuf_[kSend];
   uint64_t* scounter_[kSend];  // tail in the receiver's memory
