@@ -380,6 +380,8 @@ Status Communicator::exchangePeerInfo() {
   std::string host = localHostId();
   std::strncpy(me.hostId, host.c_str(), sizeof(me.hostId) - 1);
   me.hostHash = fnv1a(me.hostId, std::strlen(me.hostId));
+  me.p2pDirectMin = static_cast<uint64_t>(paramGpuP2pDirectMin.get());
+  me.ringDirectMin = static_cast<uint64_t>(paramGpuRingDirectMin.get());
   if (backend_ == Backend::Gpu) {
     GpuInfo gpu;
     BRAID_CHECK(gpuDeviceInfo(device_, &gpu));
@@ -395,8 +397,6 @@ Status Communicator::exchangePeerInfo() {
     const int read = static_cast<int>(paramP2pRead.get());
     me.p2pRead =
         read >= 0 ? read : std::strcmp(gpuFlavorName(), "cuda") == 0 && gpu.arch == "sm_80" && nvlinkToAll;
-    me.p2pDirectMin = static_cast<uint64_t>(paramGpuP2pDirectMin.get());
-    me.ringDirectMin = static_cast<uint64_t>(paramGpuRingDirectMin.get());
     if (g >= 0 && topoSchedule_.nodes == 1) {
       me.nRingPos = std::min(topoSchedule_.nChannels(), kMaxChannels);
       for (int c = 0; c < me.nRingPos; ++c) {

@@ -70,8 +70,8 @@ struct PeerInfo {
   // (NCCL_P2P_READ_ENABLE, or by default an sm_80 with NVLink to every GPU
   // of its node; transports/p2p/p2p_transport.h).
   int32_t p2pRead = 0;
-  // GPU backend: this rank's BRAID_GPU_P2P_DIRECT_MIN_BYTES and
-  // BRAID_GPU_RING_DIRECT_MIN_BYTES. Both ends of a connector must take the
+  // This rank's BRAID_GPU_P2P_DIRECT_MIN_BYTES and
+  // BRAID_GPU_RING_DIRECT_MIN_BYTES (GPU backend settings). Both ends of a connector must take the
   // same path, so the communicator uses one value for every rank
   // (agreedDirectMin).
   uint64_t p2pDirectMin = 0;

@@ -219,6 +219,35 @@ TEST(CommTeams, LoadStoreTeamIsTheHostsBlockOfRanks) {
   EXPECT_EQ(ncclTeamRankToWorld(nullptr, none, 0), -1);
 }
 
+// Both ends of a GPU connector must take the same path, so the direct-write
+// thresholds are one value for every rank, whatever each rank set: 0 (never)
+// if any rank sets 0, else the largest any rank sets (the default where a
+// rank sets nothing). Checked on the host backend, which exchanges them too.
+TEST(Comm, DirectWriteThresholdsAreAgreedByEveryRank) {
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(
+      3,
+      [&](int rank, int nranks) -> std::string {
+        const char* ring[] = {"64K", "1M", nullptr};  // rank 2: the default (128 KiB)
+        const char* p2p[] = {"4K", "0", "8M"};
+        if (ring[rank] != nullptr) setenv("BRAID_GPU_RING_DIRECT_MIN_BYTES", ring[rank], 1);
+        setenv("BRAID_GPU_P2P_DIRECT_MIN_BYTES", p2p[rank], 1);
+        ParamRegistry::instance().reload();
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "init");
+        if (!err.empty()) return err;
+        const Communicator* c = static_cast<Communicator*>(comm);
+        if (c->gpuRingDirectMinBytes() != (size_t(1) << 20)) {
+          err = strCat("ring threshold ", c->gpuRingDirectMinBytes(), " where every rank should use 1 MiB");
+        } else if (c->gpuP2pDirectMinBytes() != 0) {
+          err = strCat("send threshold ", c->gpuP2pDirectMinBytes(), " where rank 1's 0 should turn it off");
+        }
+        return err + check(ncclCommDestroy(comm), "destroy");
+      },
+      60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 TEST(Comm, NonBlockingInitPollsToCompletion) {
   RootProcess root = startRootProcess(kFastEnv);
   auto out = runRanks(3, [&](int rank, int nranks) -> std::string {
