@@ -159,8 +159,13 @@ class GpuEngineImpl final : public GpuEngine {
   // The kernel's algorithm and channel count for a collective.
   void plan(const CollArgs& a, const TuneChoice& choice, device::DevAlgo* algo, int* nch) const;
   // Ring direct mode for a ring collective in Simple (dev_work.h,
-  // kDevRingDirect bits) of `bytes` over `nch` channels.
-  int32_t ringDirect(const CollArgs& a, uint64_t bytes, int nch, uint64_t seq) const;
+  // kDevRingDirect bits, and outView) of `bytes` per rank over `nch` channels.
+  int32_t ringDirect(const CollArgs& a, uint64_t bytes, int nch, uint64_t seq, int64_t* outView) const;
+  // Where rank `peer`'s GPU may write [buf, buf + bytes) of this rank, in
+  // the peer's address space; null where it may not. A GPU of this process:
+  // buf, if peerWritable; another process's: its mapping of the zero-copy
+  // window holding buf (core/symmetric.h).
+  char* writableBy(int peer, void* buf, size_t bytes) const;
   bool peersConnected(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) const;
   // A group's sends and receives: the peers each way and the peer channels they use.
   struct P2pNeeds {
@@ -682,7 +687,7 @@ Status GpuEngineImpl::collective(const CollArgs& a, const HostPlan& hostPlan) {
     }
   }
   if (d.algo == device::DevAlgo::Ring && choice.proto == Protocol::Simple && n > 1) {
-    d.ringDirect = ringDirect(a, d.count * elemSize, nch, hostPlan.seq);
+    d.ringDirect = ringDirect(a, d.count * elemSize, nch, hostPlan.seq, &d.outView);
   }
   const bool fusable =
       groupFuses() && device::fusable(key.move ? device::DevOp::Sum : key.op, d.algo, n, choice.proto);
@@ -698,7 +703,8 @@ Status GpuEngineImpl::collective(const CollArgs& a, const HostPlan& hostPlan) {
   return fusable ? okStatus() : flush();
 }
 
-int32_t GpuEngineImpl::ringDirect(const CollArgs& a, uint64_t bytes, int nch, uint64_t seq) const {
+int32_t GpuEngineImpl::ringDirect(const CollArgs& a, uint64_t bytes, int nch, uint64_t seq,
+                                  int64_t* outView) const {
   // The same on every rank: the collective, its size, the agreed threshold.
   const size_t min = comm_->gpuRingDirectMinBytes();
   const bool carries =
@@ -706,16 +712,32 @@ int32_t GpuEngineImpl::ringDirect(const CollArgs& a, uint64_t bytes, int nch, ui
   uint64_t lo = 0, len = 0;
   device::channelPart(bytes, 1, nch, 0, &lo, &len);  // channel 0's part (the largest)
   if (min == 0 || !carries || len < min) return 0;
-  // This rank's own: may the previous rank's GPU write its output? (Asked
-  // only where some channel's previous rank is a GPU of this process.)
+  // This rank's own: where may the previous rank's GPU write its output?
+  // (Asked only where some channel's previous rank is a GPU of this host
+  // whose connector carries a mailbox.) One answer serves every channel.
+  const size_t outBytes =
+      a.type == CollType::AllGather ? bytes * static_cast<size_t>(comm_->nranks()) : bytes;
   bool box = false;
-  for (int c = 0; c < nch && !box; ++c) box = hostChannels_[static_cast<size_t>(c)].ringRecv.box != nullptr;
+  char* at = nullptr;
+  for (int c = 0; c < nch; ++c) {
+    const DevChannel& d = hostChannels_[static_cast<size_t>(c)];
+    if (d.ringRecv.box == nullptr) continue;
+    char* v = writableBy(d.ringPrev, a.recv, outBytes);
+    at = box && v != at ? nullptr : v;
+    box = true;
+  }
   if (!box) return device::kDevRingDirect;
-  const bool writable = peerWritable(a.recv, device_);
+  *outView = at == nullptr ? 0 : at - static_cast<char*>(a.recv);
   BRAID_TRACE(kLogColl | kLogP2p, "%s #%llu: the ring %s", a.name, static_cast<unsigned long long>(seq),
-              writable ? "writes results straight into this rank's output"
-                       : "brings results through the FIFO (not memory the previous rank's GPU may write)");
-  return device::kDevRingDirect | (writable ? device::kDevRingWritable : 0);
+              at != nullptr
+                  ? "writes results straight into this rank's output"
+                  : "brings results through the FIFO (not memory the previous rank's GPU may write)");
+  return device::kDevRingDirect | (at != nullptr ? device::kDevRingWritable : 0);
+}
+
+char* GpuEngineImpl::writableBy(int peer, void* buf, size_t bytes) const {
+  if (comm_->sameProcess(peer)) return peerWritable(buf, device_) ? static_cast<char*>(buf) : nullptr;
+  return comm_->windows().peerView(peer, buf, bytes);
 }
 
 namespace {
@@ -961,20 +983,21 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
   args.ctx = ctx();
   args.sendConns = devPeerSend_;
   args.recvConns = devPeerRecv_;
-  // Receives large enough for direct writes: may the sender's GPU write them?
-  // (Asked only where the peer is in this process; elsewhere the kernel
-  // ignores the answer.)
-  std::vector<char> writable(remote.size(), 0);
+  // Receives large enough for direct writes: where may the sender's GPU
+  // write them (null: through the FIFO)? Connectors without a mailbox
+  // ignore the answer.
+  std::vector<char*> writable(remote.size(), nullptr);
   size_t busiestPeerBlock = 0;  // bytes of the peer block that moves the most
   for (size_t i = 0; i < remote.size() && args.directMinBytes != 0; ++i) {
     const P2pOp* op = remote[i];
-    if (op->isSend || !comm_->sameProcess(op->peer)) continue;
+    if (op->isSend) continue;
     uint64_t lo = 0, len = 0;
     device::channelPart(op->bytes, 1, p2pChannelsFor(op->bytes), 0, &lo, &len);
     if (len < args.directMinBytes) continue;
-    writable[i] = peerWritable(op->recvBuf, device_) ? 1 : 0;
-    BRAID_TRACE(kLogP2p, "receive of %zu bytes from rank %d: %s", op->bytes, op->peer,
-                writable[i] ? "direct writes" : "through the FIFO (not memory the peer's GPU may write)");
+    writable[i] = writableBy(op->peer, op->recvBuf, op->bytes);
+    BRAID_TRACE(
+        kLogP2p, "receive of %zu bytes from rank %d: %s", op->bytes, op->peer,
+        writable[i] != nullptr ? "direct writes" : "through the FIFO (not memory the peer's GPU may write)");
   }
   for (size_t first = 0; first < remote.size();) {
     size_t last = first + 1;
@@ -1003,7 +1026,12 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
         uint64_t lo = 0, len = 0;
         device::channelPart(op->bytes, 1, k, c, &lo, &len);
         blockBytes += len;
-        if (writable[i] != 0 && len >= args.directMinBytes) len |= device::kDevP2pWritable;
+        // A direct receive hands the sender its buffer as the sender's
+        // process addresses it; the kernel only posts it.
+        if (writable[i] != nullptr && len >= args.directMinBytes) {
+          buf = writable[i];
+          len |= device::kDevP2pWritable;
+        }
         args.segs[args.nSegs++] = {buf + lo, len};
       }
       busiestPeerBlock = std::max(busiestPeerBlock, blockBytes);

@@ -62,8 +62,9 @@ Status SymmetricWindows::add(Communicator& comm, void* handle, void* buff, size_
                                    : "too many ranks");
     return okStatus();
   }
-  Window w{number, handle, static_cast<const char*>(buff), size, std::vector<char*>(static_cast<size_t>(n)),
-           {},     gpu};
+  Window w{
+      number, handle, static_cast<const char*>(buff), size, std::vector<char*>(static_cast<size_t>(n)), {},
+      {},     gpu};
   std::string why;
   GpuEngine* engine = nullptr;
   if (gpu) {
@@ -72,14 +73,17 @@ Status SymmetricWindows::add(Communicator& comm, void* handle, void* buff, size_
   } else {
     BRAID_CHECK(mapHostWindow(comm, buff, size, &w, &why));
   }
+  auto release = [&] {
+    for (const Mapping& m : w.mappings) sharedMemoryUnmap(m.addr, m.bytes);
+    if (engine != nullptr) engine->unmapWindow(number);
+  };
   // Zero-copy only if every rank mapped everything.
   std::vector<int32_t> ok(static_cast<size_t>(n));
   ok[static_cast<size_t>(me)] = why.empty() ? 1 : 0;
   Status s = comm.bootstrap()->allGather(ok.data(), sizeof(int32_t)).withContext("ncclCommWindowRegister");
   const bool all = s.ok() && std::all_of(ok.begin(), ok.end(), [](int32_t v) { return v == 1; });
   if (!all) {
-    for (const Mapping& m : w.mappings) sharedMemoryUnmap(m.addr, m.bytes);
-    if (engine != nullptr) engine->unmapWindow(number);
+    release();
     BRAID_CHECK(s);
     if (why.empty()) {
       for (int r = 0; r < n && why.empty(); ++r) {
@@ -90,6 +94,21 @@ Status SymmetricWindows::add(Communicator& comm, void* handle, void* buff, size_
                static_cast<unsigned long long>(number), buff, size, why.c_str());
     return okStatus();
   }
+  // Where every rank mapped this rank's buffer, so that it can hand a peer
+  // an address the peer's process may use (direct writes).
+  std::vector<uint64_t> where(static_cast<size_t>(n) * static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    where[static_cast<size_t>(me * n + r)] = reinterpret_cast<uint64_t>(w.bases[static_cast<size_t>(r)]);
+  s = comm.bootstrap()
+          ->allGather(where.data(), sizeof(uint64_t) * static_cast<size_t>(n))
+          .withContext("ncclCommWindowRegister");
+  if (!s.ok()) {
+    release();
+    return s;
+  }
+  w.views.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    w.views[static_cast<size_t>(r)] = reinterpret_cast<char*>(where[static_cast<size_t>(r * n + me)]);
   BRAID_INFO(kLogAlloc, "window %llu (%p, %zu bytes): zero-copy, mapped from all %d ranks%s",
              static_cast<unsigned long long>(number), buff, size, n, gpu ? " into this GPU" : "");
   std::lock_guard<std::mutex> lock(mu_);
@@ -159,17 +178,28 @@ void SymmetricWindows::remove(Communicator& comm, void* handle) {
   zeroCopy_.store(static_cast<int>(windows_.size()), std::memory_order_relaxed);
 }
 
-bool SymmetricWindows::find(const void* p, size_t bytes, uint64_t* window, uint64_t* offset) const {
+const SymmetricWindows::Window* SymmetricWindows::holding(const void* p, size_t bytes) const {
   const char* c = static_cast<const char*>(p);
-  std::lock_guard<std::mutex> lock(mu_);
   for (const Window& w : windows_) {
-    if (c >= w.buff && c <= w.buff + w.size && bytes <= static_cast<size_t>(w.buff + w.size - c)) {
-      *window = w.number;
-      *offset = static_cast<uint64_t>(c - w.buff);
-      return true;
-    }
+    if (c >= w.buff && c <= w.buff + w.size && bytes <= static_cast<size_t>(w.buff + w.size - c)) return &w;
   }
-  return false;
+  return nullptr;
+}
+
+bool SymmetricWindows::find(const void* p, size_t bytes, uint64_t* window, uint64_t* offset) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Window* w = holding(p, bytes);
+  if (w == nullptr) return false;
+  *window = w->number;
+  *offset = static_cast<uint64_t>(static_cast<const char*>(p) - w->buff);
+  return true;
+}
+
+char* SymmetricWindows::peerView(int peer, const void* p, size_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Window* w = holding(p, bytes);
+  return w == nullptr ? nullptr
+                      : w->views[static_cast<size_t>(peer)] + (static_cast<const char*>(p) - w->buff);
 }
 
 char* SymmetricWindows::base(int rank, uint64_t window) const {

@@ -47,6 +47,9 @@ class SymmetricWindows final : public SymWindowMap {
   bool find(const void* p, size_t bytes, uint64_t* window, uint64_t* offset) const;
   bool any() const { return zeroCopy_.load(std::memory_order_relaxed) > 0; }
   char* base(int rank, uint64_t window) const override;
+  // [p, p + bytes) of this rank, as rank `peer`'s process addresses it (its
+  // mapping of the zero-copy window holding it); null if no such window.
+  char* peerView(int peer, const void* p, size_t bytes) const;
   // Every rank's base of `window` into out[0 .. nranks) under one lock; false if unknown.
   bool bases(uint64_t window, char** out) const;
   // Every rank's slot of `channel`, in rank order.
@@ -63,6 +66,7 @@ class SymmetricWindows final : public SymWindowMap {
     const char* buff;
     size_t size;
     std::vector<char*> bases;  // by rank; this rank's is buff
+    std::vector<char*> views;  // by rank: where that rank's process mapped buff
     std::vector<Mapping> mappings;
     bool gpu;  // mapped by the GPU engine (which releases its mappings)
   };
@@ -70,6 +74,8 @@ class SymmetricWindows final : public SymWindowMap {
   // leaves `why` set.
   Status mapHostWindow(Communicator& comm, void* buff, size_t size, Window* w, std::string* why);
   Status mapSlots(Communicator& comm, const std::vector<struct WindowRecord>& records);
+  // The window holding [p, p + bytes), or null; mu_ held.
+  const Window* holding(const void* p, size_t bytes) const;
 
   mutable std::mutex mu_;
   std::vector<Window> windows_;  // zero-copy windows only

@@ -1260,6 +1260,71 @@ TEST(GpuWindows, SweepOnAWindowRunsEveryOperatorZeroCopy) {
             "");
 }
 
+// Ranks in separate processes (one host) write results straight into each
+// other's windows: with both direct-write thresholds at 4 KiB and rings in
+// Simple forced, the point-to-point sweep and the group sweep first on
+// plain hipMalloc buffers (which the peer's process has not mapped: every
+// receive and ring collective through the FIFO), then those sweeps and the
+// quick collective sweep on buffers carved from a window (ncclMemAlloc,
+// registered: the receiver posts its buffer as the sender's process mapped
+// it). Every result must be exact, and this rank's log must show its IPC
+// connectors set up for direct writes, no direct write on plain buffers,
+// and on the window ring collectives and receives written directly and
+// none through the FIFO.
+TEST(GpuWindows, ProcessesWriteStraightIntoEachOthersWindows) {
+  BRAID_NEED_A_GPU(g);
+  const ScopedTempDir dir("braid-ipc-direct-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string logDir = dir.path();
+  const std::vector<std::string> env = {"BRAID_GPU_P2P_DIRECT_MIN_BYTES=4096",
+                                        "BRAID_GPU_RING_DIRECT_MIN_BYTES=4096",
+                                        "NCCL_ALGO=Ring",
+                                        "NCCL_PROTO=Simple",
+                                        "NCCL_DEBUG=TRACE",
+                                        "NCCL_DEBUG_SUBSYS=P2P,COLL",
+                                        "NCCL_DEBUG_FILE=" + logDir + "/%p.log"};
+  auto work = [&](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) -> std::string {
+    // Ring collectives and receives by path, in this rank's log so far.
+    struct Paths {
+      int ringDirect, ringFifo, recvDirect, recvFifo;
+    };
+    auto paths = [&] {
+      return Paths{logLines(logDir, {"the ring writes results straight into"}),
+                   logLines(logDir, {"the ring brings results through the FIFO"}),
+                   logLines(logDir, {"receive of", ": direct writes"}),
+                   logLines(logDir, {"receive of", ": through the FIFO"})};
+    };
+    std::string err = p2pSweep(comm, rank, nranks, memory);
+    if (err.empty()) err = groupSweep(comm, rank, nranks, memory);
+    if (!err.empty()) return "plain buffers: " + err;
+    const Paths plain = paths();
+    if (plain.ringDirect != 0 || plain.recvDirect != 0 || plain.ringFifo == 0 || plain.recvFifo == 0) {
+      return strCat("plain buffers: ", plain.ringDirect, " ring collectives and ", plain.recvDirect,
+                    " receives direct, ", plain.ringFifo, " and ", plain.recvFifo, " through the FIFO");
+    }
+    auto& gpu = static_cast<GpuMemory&>(memory);
+    WindowMemory<GpuMemory> window(gpu.device(), gpu.stream(), kSyncTimeoutSec);
+    err = window.open(comm, 64u << 20);
+    if (err.empty()) err = p2pSweep(comm, rank, nranks, window);
+    if (err.empty()) err = groupSweep(comm, rank, nranks, window);
+    if (err.empty()) err = collSweep(comm, rank, nranks, SweepCounts::kQuick, window);
+    if (!err.empty()) return "window: " + err;  // the window goes with the aborted communicator
+    err = window.close();
+    if (!err.empty()) return err;
+    const Paths win = paths();
+    const int ipc = logLines(logDir, {"IPC, direct writes"});
+    if (ipc < 2 || win.ringDirect - plain.ringDirect < 10 || win.recvDirect == 0 ||
+        win.ringFifo != plain.ringFifo || win.recvFifo != plain.recvFifo) {
+      return strCat("window: ", ipc, " IPC connectors with direct writes; ", win.ringDirect,
+                    " ring collectives and ", win.recvDirect, " receives direct, ",
+                    win.ringFifo - plain.ringFifo, " and ", win.recvFifo - plain.recvFifo,
+                    " through the FIFO");
+    }
+    return "";
+  };
+  EXPECT_EQ(runPerGpu(g, StreamKind::kNonBlocking, env, kQuickTimeoutSec, work), "");
+}
+
 // --- (i): ncclCommAbort while a kernel waits for a peer that never comes --------
 
 // Every rank runs one all-reduce (the ring is connected then); rank 0 then

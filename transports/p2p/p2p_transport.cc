@@ -200,17 +200,17 @@ Status p2pConnect(bootstrap::Bootstrap* bs, int device, void* setupStream, size_
     c.step = reinterpret_cast<uint64_t*>(local + DevConnLayout::kStep);
     c.slotBytes = slotBytes;
     c.sizes = reinterpret_cast<uint64_t*>(recvBlock + DevConnLayout::kSizes);
-    // Direct writes into the receiver's buffer: peers of one process whose
-    // blocks are both GPU memory (each GPU reaches the other's). Both ends
-    // see the same two blocks, so they agree.
-    const bool writesDirect = r.peerInProcess && h.onHost == 0 && !r.end->localOnHost_;
+    // Direct writes into the receiver's buffer: peers whose blocks are both
+    // GPU memory (each GPU reaches the other's; another process's buffers
+    // only where they are mapped, which the receiver tells with each post).
+    // Both ends see the same two blocks, so they agree.
+    const bool writesDirect = h.onHost == 0 && !r.end->localOnHost_;
     c.box = writesDirect ? reinterpret_cast<uint64_t*>(sendBlock + DevConnLayout::kBox) : nullptr;
-    BRAID_TRACE(kLogP2p, "%s rank %d tag %#x: %s%s", r.send ? "send to" : "recv from", r.peer, r.tag,
-                h.onHost          ? "host memory"
-                : writesDirect    ? "direct pointer, direct writes"
-                : r.peerInProcess ? "direct pointer"
-                                  : "IPC",
-                r.read ? ", read mode" : "");
+    BRAID_TRACE(kLogP2p, "%s rank %d tag %#x: %s%s%s", r.send ? "send to" : "recv from", r.peer, r.tag,
+                h.onHost || r.end->localOnHost_ ? "host memory"
+                : r.peerInProcess               ? "direct pointer"
+                                                : "IPC",
+                writesDirect ? ", direct writes" : "", r.read ? ", read mode" : "");
   }
   return okStatus();
 }

@@ -60,14 +60,14 @@ struct DevCtx {
 enum class DevAlgo : int32_t { Ring = 0, Tree = 1, Direct = 2, TwoShot = 3 };
 enum class DevColl : int32_t { AllReduce = 0, AllGather = 1, ReduceScatter = 2, Broadcast = 3, Reduce = 4 };
 
-// Ring direct mode (Ring, Simple; ranks of one process, whose ring
-// connectors carry a mailbox): on each channel the receiver posts its output
-// buffer in the mailbox when the call starts (null if the sender's GPU may
-// not write it), and steps that carry results (collectives/ring.h) go
-// straight into the next rank's output instead of its FIFO. Both ends set
-// kDevRingDirect alike (same sizes, one agreed threshold);
-// kDevRingWritable is this rank's own: may the previous rank's GPU write
-// its output?
+// Ring direct mode (Ring, Simple; ranks of one host whose ring connectors
+// carry a mailbox): on each channel the receiver posts its output buffer in
+// the mailbox when the call starts, as the previous rank's GPU addresses it
+// (recv + outView; null if that GPU may not write it), and steps that carry
+// results (collectives/ring.h) go straight into the next rank's output
+// instead of its FIFO. Both ends set kDevRingDirect alike (same sizes, one
+// agreed threshold); kDevRingWritable is this rank's own: may the previous
+// rank's GPU write its output?
 constexpr int32_t kDevRingDirect = 1, kDevRingWritable = 2;
 
 struct DevCollArgs {
@@ -85,6 +85,7 @@ struct DevCollArgs {
   int32_t nChannels = 1;
   int32_t avgDivisor = 0;                // > 0: divide the result by it (ncclAvg)
   int32_t ringDirect = 0;                // kDevRingDirect* bits (Ring, Simple)
+  int64_t outView = 0;  // ring direct mode: recv as the previous rank addresses it, minus recv
   const DevChannel* channels = nullptr;  // device memory, nChannels entries
   const DevConn* peerSend = nullptr;     // direct: device memory, [channel * nranks + peer]
   const DevConn* peerRecv = nullptr;

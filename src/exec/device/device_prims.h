@@ -205,33 +205,27 @@ class DevPrims {
   // Ring direct mode (dev_work.h, kDevRingDirect; Simple, one connector
   // each way), once as a ring call starts, with this rank's part of its
   // output (`n` elements; every rank's part lies at the same offsets). On
-  // the receive connector's mailbox (null: none) this rank posts `out`, or
-  // null where the previous rank's GPU may not write it (!writable), and
+  // the receive connector's mailbox (null: none) this rank posts `out` as
+  // the previous rank's GPU addresses it (`view` bytes away: another
+  // process's mapping), or null where that GPU may not write it (!writable), and
   // then finds the results it receives where they landed. On the send
   // connector's it waits for the next rank's post: where that is a buffer,
   // results go straight there instead of through the FIFO. Steps are
-  // counted and waited for as through the FIFO.
-  __device__ void directOutput(uint64_t* sendBox, uint64_t* recvBox, T* out, uint64_t n, bool writable) {
+  // counted and waited for as through the FIFO. A post is identified by
+  // the connector's step, so the call must move at least one step across
+  // each connector whose mailbox it uses: then the receiver cannot post
+  // again before the sender has read this post (it needs the sender's
+  // data first, which follows the read).
+  __device__ void directOutput(uint64_t* sendBox, uint64_t* recvBox, T* out, uint64_t n, bool writable,
+                               int64_t view) {
     __shared__ uint64_t sPeerOut;
     if (failed_) return;
     bool bad = *sFail_ != 0;
     if (threadIdx.x == 0) {
       sPeerOut = 0;
-      if (!bad && recvBox != nullptr) {
-        recvBox[DevDirectBox::kBuffer] = writable ? reinterpret_cast<uint64_t>(out) : 0;
-        recvBox[DevDirectBox::kBytes] = n * sizeof(T);
-        __threadfence_system();
-        storeRelaxed(recvBox + DevDirectBox::kStep, rstep_[0] + 1);
-      }
-      if (!bad && sendBox != nullptr) {
-        const DevWait w{channel_, speer_[0], 5, sstep_[0]};
-        bad = !waitAtLeast(sendBox + DevDirectBox::kStep, sstep_[0] + 1, w.peer, w.waitingFor, w.step);
-        if (!bad && loadElem(sendBox + DevDirectBox::kBytes) != n * sizeof(T)) {
-          recordWaitFailure(ctx_, sFail_, kDevMismatch, w);
-          bad = true;
-        }
-        if (!bad) sPeerOut = loadElem(sendBox + DevDirectBox::kBuffer);
-      }
+      if (!bad && recvBox != nullptr)
+        post(recvBox, writable ? reinterpret_cast<uint64_t>(out) + static_cast<uint64_t>(view) : 0, n);
+      if (!bad && sendBox != nullptr) bad = !awaitPost(sendBox, n, 5, &sPeerOut);
     }
     failed_ = __syncthreads_or(bad);
     outBase_ = out;
@@ -251,17 +245,13 @@ class DevPrims {
 
   // Direct writes (DevDirectBox; Simple, connector 0 each way): one step
   // carries a whole message of n elements, written by the sender straight
-  // into the receiver's buffer. The receiver posts dst and n for every
-  // message (null: the FIFO carries it) and, with dst, waits for the data.
+  // into the receiver's buffer. The receiver posts dst (as the sender's GPU
+  // addresses it) and n for every message (null: the FIFO carries it) and,
+  // with dst, waits for the data.
   // The sender of a large message waits for the post and checks n.
   __device__ void recvDirect(uint64_t* box, T* dst, uint64_t n) {
     if (failed_ || *sFail_ != 0) return;
-    if (threadIdx.x == 0) {
-      box[DevDirectBox::kBuffer] = reinterpret_cast<uint64_t>(dst);
-      box[DevDirectBox::kBytes] = n * sizeof(T);
-      __threadfence_system();
-      storeRelaxed(box + DevDirectBox::kStep, rstep_[0] + 1);
-    }
+    if (threadIdx.x == 0) post(box, reinterpret_cast<uint64_t>(dst), n);
     if (dst == nullptr || !begin(true, false, [n](int) { return n; })) return;
     end(true, false, false, [](int) { return uint64_t(0); });
   }
@@ -272,15 +262,7 @@ class DevPrims {
     __shared__ uint64_t sBuffer;
     if (failed_) return nullptr;
     bool bad = *sFail_ != 0;
-    if (threadIdx.x == 0 && !bad) {
-      const DevWait w{channel_, speer_[0], 4, sstep_[0]};
-      bad = !waitAtLeast(box + DevDirectBox::kStep, sstep_[0] + 1, w.peer, w.waitingFor, w.step);
-      sBuffer = bad ? 0 : loadElem(box + DevDirectBox::kBuffer);
-      if (!bad && loadElem(box + DevDirectBox::kBytes) != n * sizeof(T)) {
-        recordWaitFailure(ctx_, sFail_, kDevMismatch, w);
-        bad = true;
-      }
-    }
+    if (threadIdx.x == 0 && !bad) bad = !awaitPost(box, n, 4, &sBuffer);
     failed_ = __syncthreads_or(bad);
     return failed_ ? nullptr : reinterpret_cast<T*>(sBuffer);
   }
@@ -302,6 +284,29 @@ class DevPrims {
   }
 
  private:
+  // A DevDirectBox exchange (thread 0). post: the receiving side offers
+  // the buffer at address `buf` of the sender's GPU (0: none) for the n
+  // elements of its next step on connector 0.
+  // awaitPost: the sending side waits for that post (waitingFor names what
+  // for in a stall report), checks that it is for n elements (else
+  // kDevMismatch) and takes the buffer; false if it failed.
+  __device__ void post(uint64_t* box, uint64_t buf, uint64_t n) {
+    box[DevDirectBox::kBuffer] = buf;
+    box[DevDirectBox::kBytes] = n * sizeof(T);
+    __threadfence_system();
+    storeRelaxed(box + DevDirectBox::kStep, rstep_[0] + 1);
+  }
+  __device__ bool awaitPost(const uint64_t* box, uint64_t n, int waitingFor, uint64_t* buf) {
+    const DevWait w{channel_, speer_[0], waitingFor, sstep_[0]};
+    if (!waitAtLeast(box + DevDirectBox::kStep, sstep_[0] + 1, w.peer, w.waitingFor, w.step)) return false;
+    if (loadElem(box + DevDirectBox::kBytes) != n * sizeof(T)) {
+      recordWaitFailure(ctx_, sFail_, kDevMismatch, w);
+      return false;
+    }
+    *buf = loadElem(box + DevDirectBox::kBuffer);
+    return true;
+  }
+
   // readRecv: take the received data from the FIFO (ring direct mode:
   // not where it already landed in the output). at: where in this rank's
   // output the data sent belongs (ring direct mode: where it goes in the
