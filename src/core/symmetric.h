@@ -11,7 +11,10 @@
 // ranks threads of one process), and the same user. Otherwise it is an
 // ordinary registration and collectives on it take the FIFOs; the reason is
 // logged. Windows are numbered in registration order, which every rank
-// shares, so a collective tells its peers "window 3, offset 4096".
+// shares, so a collective tells its peers "window 3, offset 4096". A
+// zero-copy window also knows where each peer's process mapped it, so a
+// GPU rank can hand another process an address of its buffer that process
+// may write (direct writes, docs/gpu.md).
 #pragma once
 
 #include <cstddef>
