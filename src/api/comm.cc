@@ -235,7 +235,7 @@ BRAID_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
         BRAID_CHECK(api::checkNotNull(buff, "buff"));
         BRAID_CHECK(api::checkNotNull(handle, "handle"));
         BRAID_CHECK(api::checkRange(buff, size, "buff"));
-        return c->buffers().add(buff, size, handle);
+        return c->registerBuffer(buff, size, handle);
       },
       comm);
 }
@@ -247,7 +247,7 @@ BRAID_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle)
         Communicator* c = nullptr;
         BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
         BRAID_CHECK(api::checkNotNull(handle, "handle"));
-        return c->buffers().remove(handle);
+        return c->deregisterBuffer(handle);
       },
       comm);
 }

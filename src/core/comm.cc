@@ -186,6 +186,26 @@ ncclResult_t Communicator::pollAsyncError() {
   return asyncError();
 }
 
+Status Communicator::registerBuffer(void* buff, size_t size, void** handle) {
+  BRAID_CHECK(buffers_->add(buff, size, handle));
+  if (peerBuffers_ == nullptr || size == 0) return okStatus();
+  GpuEngine* engine = nullptr;
+  Status s = gpuEngine(&engine);
+  if (!s.ok()) {
+    (void)buffers_->remove(*handle);
+    *handle = nullptr;
+    return s;
+  }
+  engine->shareBuffer(*handle, buff, size);
+  return okStatus();
+}
+
+Status Communicator::deregisterBuffer(void* handle) {
+  BRAID_CHECK(buffers_->remove(handle));
+  if (peerBuffers_ != nullptr) peerBuffers_->withdraw(handle);
+  return okStatus();
+}
+
 Status Communicator::gpuEngine(GpuEngine** out) {
   std::lock_guard<std::mutex> lock(gpuMutex_);
   if (!gpu_) {
@@ -382,6 +402,10 @@ Status Communicator::exchangePeerInfo() {
   me.hostHash = fnv1a(me.hostId, std::strlen(me.hostId));
   me.p2pDirectMin = static_cast<uint64_t>(paramGpuP2pDirectMin.get());
   me.ringDirectMin = static_cast<uint64_t>(paramGpuRingDirectMin.get());
+  if (backend_ == Backend::Gpu && nranks_ > 1) {
+    BRAID_CHECK(PeerBuffers::create(&peerBuffers_));
+    me.sharedFd = peerBuffers_->fd();
+  }
   if (backend_ == Backend::Gpu) {
     GpuInfo gpu;
     BRAID_CHECK(gpuDeviceInfo(device_, &gpu));
@@ -421,6 +445,11 @@ Status Communicator::exchangePeerInfo() {
     if (it == hosts.end()) hosts.push_back(h);
   }
   nnodes_ = static_cast<int>(hosts.size());
+  localIndex_.assign(static_cast<size_t>(nranks_), 0);
+  for (int r = 0; r < nranks_; ++r) {
+    for (int q = 0; q < r; ++q)
+      localIndex_[static_cast<size_t>(r)] += nodeOf[static_cast<size_t>(q)] == nodeOf[static_cast<size_t>(r)];
+  }
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
   // The load-store team: every node holds localRanks_ ranks in one block of
   // consecutive ranks (node j: ranks j*localRanks_ on), and no rank keeps

@@ -31,6 +31,7 @@
 #include "core/gpu_engine.h"
 #include "core/library.h"
 #include "core/memory.h"
+#include "core/peer_buffers.h"
 #include "core/redops.h"
 #include "core/symmetric.h"
 #include "exec/host/executor.h"
@@ -76,6 +77,9 @@ struct PeerInfo {
   // (agreedDirectMin).
   uint64_t p2pDirectMin = 0;
   uint64_t ringDirectMin = 0;
+  // GPU backend: the memory file of this rank's registered-buffer table
+  // (core/peer_buffers.h), which its host's other processes map; -1: none.
+  int32_t sharedFd = -1;
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -136,6 +140,16 @@ class Communicator : public StallListener {
 
   // Buffers registered with ncclCommRegister (made at init).
   BufferRegistry& buffers() { return *buffers_; }
+  // ncclCommRegister / ncclCommDeregister: the registry, and on the GPU
+  // backend the registration shared with this host's other processes
+  // (core/peer_buffers.h).
+  Status registerBuffer(void* buff, size_t size, void** handle);
+  Status deregisterBuffer(void* handle);
+  // GPU backend with more than one rank: this rank's registered-buffer
+  // table and its imports of the peers'; else null.
+  PeerBuffers* peerBuffers() { return peerBuffers_.get(); }
+  // Rank r's index among the ranks of its host (in rank order).
+  int localIndex(int r) const { return localIndex_[static_cast<size_t>(r)]; }
   // Windows mapped into every rank, for zero-copy collectives (host backend).
   SymmetricWindows& windows() { return *windows_; }
 
@@ -263,6 +277,8 @@ class Communicator : public StallListener {
   std::unique_ptr<ConnectorFactory> connectors_;
   std::unique_ptr<BufferRegistry> buffers_;
   std::unique_ptr<SymmetricWindows> windows_;
+  std::unique_ptr<PeerBuffers> peerBuffers_;
+  std::vector<int> localIndex_;
   std::unique_ptr<ChannelSet> channels_;
   Schedule schedule_, topoSchedule_;
   // GPU backend: the PCI addresses of the NICs nearest the GPU, nearest first.

@@ -129,8 +129,12 @@ class GpuEngineImpl final : public GpuEngine {
   Status mapWindow(uint64_t number, void* buff, size_t size, std::vector<char*>* bases,
                    std::string* why) override;
   void unmapWindow(uint64_t number) override;
+  void shareBuffer(const void* key, void* buff, size_t size) override;
 
  private:
+  // Maps what the ranks of this host's other processes registered since
+  // the last call (core/peer_buffers.h); called as work is enqueued.
+  void importPeerBuffers();
   struct TreeEnds {
     TreeLinks links;
     DevEnd upSend, downRecv, upRecv[kMaxTreeChildren], downSend[kMaxTreeChildren];
@@ -230,6 +234,9 @@ class GpuEngineImpl final : public GpuEngine {
     int refs;
   };
   std::map<std::pair<int, uint64_t>, Opened> opened_;  // (rank, its allocation) -> IPC mapping
+  // Ranks of this host in other processes whose registered buffers this
+  // rank maps (peer-to-peer on between them).
+  std::vector<int> sharers_;
   std::map<uint64_t, std::vector<std::pair<int, uint64_t>>> windowOpens_;  // by window number
   // A group's collectives gathered for one launch (see GpuEngine::collective).
   device::DevCollLaunch gathered_;
@@ -336,6 +343,11 @@ Status GpuEngineImpl::init() {
       (void)hipGetLastError();
     }
   }
+  for (int r : others_) {
+    if (onThisHost(r) && !comm_->sameProcess(r) && !comm_->p2pDisabled(r) &&
+        comm_->peers()[static_cast<size_t>(r)].sharedFd >= 0 && comm_->peerBuffers() != nullptr)
+      sharers_.push_back(r);
+  }
   void* mapped = nullptr;
   BRAID_CHECK(gpuCheck(hipHostMalloc(&mapped, 256, hipHostMallocMapped | hipHostMallocPortable),
                        "allocating the kernels' abort flag and status"));
@@ -379,6 +391,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   if (staging_ != nullptr) (void)hipFree(staging_);
   for (void* p : retiredStaging_) (void)hipFree(p);
   for (void* p : ringTables_) (void)hipFree(p);
+  if (comm_->peerBuffers() != nullptr) comm_->peerBuffers()->closeAll([](const SharedRegistration&) {});
   for (auto& o : opened_) (void)hipIpcCloseMemHandle(o.second.ptr);
   closeSyncMappings();
   if (sync_ != nullptr) (void)hipFree(sync_);
@@ -642,6 +655,7 @@ Status GpuEngineImpl::collective(const CollArgs& a, const HostPlan& hostPlan) {
   BRAID_CHECK(useDevice());
   BRAID_CHECK(deviceStatus());
   if (hostPlan.choice.zeroCopy) return symmetric(a, hostPlan);
+  importPeerBuffers();
   const TuneChoice& choice = hostPlan.choice;
   const ScalarBits& scalar = hostPlan.scalar;
   const int n = comm_->nranks();
@@ -737,7 +751,56 @@ int32_t GpuEngineImpl::ringDirect(const CollArgs& a, uint64_t bytes, int nch, ui
 
 char* GpuEngineImpl::writableBy(int peer, void* buf, size_t bytes) const {
   if (comm_->sameProcess(peer)) return peerWritable(buf, device_) ? static_cast<char*>(buf) : nullptr;
-  return comm_->windows().peerView(peer, buf, bytes);
+  if (char* v = comm_->windows().peerView(peer, buf, bytes)) return v;
+  PeerBuffers* shared = comm_->peerBuffers();
+  return shared != nullptr ? shared->viewOf(comm_->localIndex(peer), buf, bytes) : nullptr;
+}
+
+void GpuEngineImpl::shareBuffer(const void* key, void* buff, size_t size) {
+  if (sharers_.empty()) return;
+  void* base = nullptr;
+  size_t bytes = 0;
+  SharedRegistration reg;
+  hipIpcMemHandle_t h;
+  static_assert(sizeof(h) <= sizeof(reg.handle), "an IPC handle fits a shared registration");
+  std::string why;
+  if (!findGpuAllocation(buff, size, &base, &bytes)) {
+    why = "not memory from ncclMemAlloc";
+  } else if (!useDevice().ok() || hipIpcGetMemHandle(&h, base) != hipSuccess) {
+    why = "no IPC handle for its allocation";
+  } else {
+    reg.allocBase = reinterpret_cast<uint64_t>(base);
+    reg.allocBytes = bytes;
+    std::memcpy(reg.handle, &h, sizeof(h));
+    if (!comm_->peerBuffers()->publish(key, buff, size, reg))
+      why = strCat(kSharedSlots, " registrations are shared already");
+  }
+  (void)hipGetLastError();
+  BRAID_INFO(
+      kLogAlloc, "registered buffer %p (%zu bytes): %s%s", buff, size,
+      why.empty() ? "shared with this host's other processes (direct writes)" : "not shared: ", why.c_str());
+}
+
+void GpuEngineImpl::importPeerBuffers() {
+  PeerBuffers* shared = comm_->peerBuffers();
+  for (size_t i = 0; i < sharers_.size(); ++i) {
+    const int r = sharers_[i];
+    auto open = [this, r](const SharedRegistration& reg, char** mapped) {
+      hipIpcMemHandle_t h;
+      std::memcpy(&h, reg.handle, sizeof(h));
+      CaptureTolerant tolerant;  // may run while a graph is captured
+      Status s = openPeer(r, reg.allocBase, h, mapped);
+      (void)hipGetLastError();
+      return s;
+    };
+    auto close = [this, r](const SharedRegistration& reg) { closePeer(r, reg.allocBase); };
+    const PeerInfo& p = comm_->peers()[static_cast<size_t>(r)];
+    Status s = shared->refresh(r, p.pid, p.sharedFd, comm_->localIndex(comm_->rank()), open, close);
+    if (!s.ok()) {  // its table cannot be mapped: its buffers stay on the FIFO
+      BRAID_INFO(kLogAlloc, "rank %d's registered buffers stay on the FIFO: %s", r, s.message().c_str());
+      sharers_.erase(sharers_.begin() + static_cast<std::ptrdiff_t>(i--));
+    }
+  }
 }
 
 namespace {
@@ -936,6 +999,7 @@ Status GpuEngineImpl::p2p(const std::vector<P2pOp>& ops, void* stream) {
   if (groupMustNotBlock() && !connected) return groupWouldBlock();
   BRAID_CHECK(useDevice());
   BRAID_CHECK(deviceStatus());
+  importPeerBuffers();
   hipStream_t s = static_cast<hipStream_t>(stream);
   const int me = comm_->rank();
   // Sends to and receives from oneself pair up in call order: copies.

@@ -64,6 +64,10 @@ class GpuEngine {
                            std::string* why) = 0;
   // Releases what mapWindow opened for window `number`.
   virtual void unmapWindow(uint64_t number) = 0;
+  // ncclCommRegister: publishes registration `key` ([buff, buff + size),
+  // memory of this GPU) for this host's other processes to map
+  // (core/peer_buffers.h), where it can be; logs whether it was.
+  virtual void shareBuffer(const void* key, void* buff, size_t size) = 0;
   // Channels the selector may use for a GPU collective.
   virtual int maxChannels() const = 0;
 };

@@ -39,8 +39,8 @@ bool findGpuAllocation(const void* p, size_t bytes, void** base, size_t* allocBy
 // Registration is a promise about a buffer's lifetime, as in NCCL. Host
 // windows are also mapped into the peers (core/symmetric.h) for zero-copy
 // collectives, and GPU windows of ncclMemAlloc memory into the peers' GPUs;
-// registered buffers are not used by the kernels yet (collectives on them
-// run as on any other buffer).
+// GPU buffer registrations of ncclMemAlloc memory are shared with the
+// host's other processes (core/peer_buffers.h) for direct writes.
 class BufferRegistry {
  public:
   enum class Kind { Buffer, Window };

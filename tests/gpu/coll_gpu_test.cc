@@ -1261,17 +1261,19 @@ TEST(GpuWindows, SweepOnAWindowRunsEveryOperatorZeroCopy) {
 }
 
 // Ranks in separate processes (one host) write results straight into each
-// other's windows: with both direct-write thresholds at 4 KiB and rings in
-// Simple forced, the point-to-point sweep and the group sweep first on
-// plain hipMalloc buffers (which the peer's process has not mapped: every
-// receive and ring collective through the FIFO), then those sweeps and the
-// quick collective sweep on buffers carved from a window (ncclMemAlloc,
-// registered: the receiver posts its buffer as the sender's process mapped
-// it). Every result must be exact, and this rank's log must show its IPC
+// other's windows and registered buffers: with both direct-write thresholds
+// at 4 KiB and rings in Simple forced, the point-to-point sweep and the
+// group sweep first on plain hipMalloc buffers (which the peer's process
+// has not mapped: every receive and ring collective through the FIFO),
+// then those sweeps and the quick collective sweep on buffers carved from
+// an ncclMemAlloc arena registered as a window (mapped by every rank at
+// registration), then as a buffer (ncclCommRegister: each peer maps it as
+// it next enqueues work, which two all-reduces after registering ensure).
+// Every result must be exact, and this rank's log must show its IPC
 // connectors set up for direct writes, no direct write on plain buffers,
-// and on the window ring collectives and receives written directly and
+// and on each arena ring collectives and receives written directly and
 // none through the FIFO.
-TEST(GpuWindows, ProcessesWriteStraightIntoEachOthersWindows) {
+TEST(GpuDirectAcrossProcesses, WindowsAndRegisteredBuffersAreWrittenStraight) {
   BRAID_NEED_A_GPU(g);
   const ScopedTempDir dir("braid-ipc-direct-");
   ASSERT_FALSE(dir.path().empty());
@@ -1281,7 +1283,7 @@ TEST(GpuWindows, ProcessesWriteStraightIntoEachOthersWindows) {
                                         "NCCL_ALGO=Ring",
                                         "NCCL_PROTO=Simple",
                                         "NCCL_DEBUG=TRACE",
-                                        "NCCL_DEBUG_SUBSYS=P2P,COLL",
+                                        "NCCL_DEBUG_SUBSYS=P2P,COLL,ALLOC",
                                         "NCCL_DEBUG_FILE=" + logDir + "/%p.log"};
   auto work = [&](ncclComm_t comm, int rank, int nranks, SweepMemory& memory) -> std::string {
     // Ring collectives and receives by path, in this rank's log so far.
@@ -1303,22 +1305,37 @@ TEST(GpuWindows, ProcessesWriteStraightIntoEachOthersWindows) {
                     " receives direct, ", plain.ringFifo, " and ", plain.recvFifo, " through the FIFO");
     }
     auto& gpu = static_cast<GpuMemory&>(memory);
-    WindowMemory<GpuMemory> window(gpu.device(), gpu.stream(), kSyncTimeoutSec);
-    err = window.open(comm, 64u << 20);
-    if (err.empty()) err = p2pSweep(comm, rank, nranks, window);
-    if (err.empty()) err = groupSweep(comm, rank, nranks, window);
-    if (err.empty()) err = collSweep(comm, rank, nranks, SweepCounts::kQuick, window);
-    if (!err.empty()) return "window: " + err;  // the window goes with the aborted communicator
-    err = window.close();
-    if (!err.empty()) return err;
-    const Paths win = paths();
+    for (const bool window : {true, false}) {
+      const char* what = window ? "window" : "registered buffer";
+      WindowMemory<GpuMemory> arena(gpu.device(), gpu.stream(), kSyncTimeoutSec);
+      err = arena.open(comm, 64u << 20, window);
+      for (int i = 0; i < 2 && err.empty(); ++i) {
+        float* x = static_cast<float*>(arena.arena());
+        err = check(ncclAllReduce(x, x, 1024, ncclFloat32, ncclSum, comm, gpu.stream()), "ncclAllReduce");
+        if (err.empty()) err = gpu.synchronize(comm);
+      }
+      const Paths before = paths();
+      if (err.empty()) err = p2pSweep(comm, rank, nranks, arena);
+      if (err.empty()) err = groupSweep(comm, rank, nranks, arena);
+      if (err.empty()) err = collSweep(comm, rank, nranks, SweepCounts::kQuick, arena);
+      if (!err.empty()) return strCat(what, ": ", err);  // the arena goes with the aborted communicator
+      err = arena.close();
+      if (!err.empty()) return err;
+      const Paths after = paths();
+      if (after.ringDirect - before.ringDirect < 10 || after.recvDirect == before.recvDirect ||
+          after.ringFifo != before.ringFifo || after.recvFifo != before.recvFifo) {
+        return strCat(what, ": ", after.ringDirect - before.ringDirect, " ring collectives and ",
+                      after.recvDirect - before.recvDirect, " receives direct, ",
+                      after.ringFifo - before.ringFifo, " and ", after.recvFifo - before.recvFifo,
+                      " through the FIFO");
+      }
+    }
     const int ipc = logLines(logDir, {"IPC, direct writes"});
-    if (ipc < 2 || win.ringDirect - plain.ringDirect < 10 || win.recvDirect == 0 ||
-        win.ringFifo != plain.ringFifo || win.recvFifo != plain.recvFifo) {
-      return strCat("window: ", ipc, " IPC connectors with direct writes; ", win.ringDirect,
-                    " ring collectives and ", win.recvDirect, " receives direct, ",
-                    win.ringFifo - plain.ringFifo, " and ", win.recvFifo - plain.recvFifo,
-                    " through the FIFO");
+    const int shared = logLines(logDir, {"registered buffer", "shared with this host's other processes"});
+    const int imported = logLines(logDir, {"registered buffer (allocation", "mapped here"});
+    if (ipc < 2 || shared != 1 || imported < 1) {
+      return strCat(ipc, " IPC connectors with direct writes, ", shared, " registrations shared, ", imported,
+                    " imported");
     }
     return "";
   };

@@ -21,7 +21,8 @@
 namespace braid::test {
 
 // The buffers of `Base` (a SweepMemory: host memory, or a GPU's) carved
-// from one ncclMemAlloc arena registered as a window on the communicator.
+// from one ncclMemAlloc arena registered as a window on the communicator
+// (or as a buffer).
 // Every rank makes the same allocations in the same order, so a buffer sits
 // in the window on every rank or on none. Beyond the arena, Base's own.
 template <typename Base>
@@ -29,20 +30,24 @@ class WindowMemory final : public Base {
  public:
   using Base::Base;
 
-  std::string open(ncclComm_t comm, size_t bytes) {
+  // With `window` false the arena is registered as a buffer (ncclCommRegister) instead.
+  std::string open(ncclComm_t comm, size_t bytes, bool window = true) {
     comm_ = comm;
     size_ = bytes;
     std::string err = check(ncclMemAlloc(&arena_, bytes), "ncclMemAlloc");
-    if (err.empty())
+    if (err.empty() && window)
       err = check(ncclCommWindowRegister(comm, arena_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC),
                   "ncclCommWindowRegister");
+    if (err.empty() && !window) err = check(ncclCommRegister(comm, arena_, bytes, &reg_), "ncclCommRegister");
     return err;
   }
+  void* arena() const { return arena_; }
   std::string close() {
     std::string err;
     if (win_ != nullptr) err += check(ncclCommWindowDeregister(comm_, win_), "ncclCommWindowDeregister");
+    if (reg_ != nullptr) err += check(ncclCommDeregister(comm_, reg_), "ncclCommDeregister");
     if (arena_ != nullptr) err += check(ncclMemFree(arena_), "ncclMemFree");
-    win_ = nullptr, arena_ = nullptr;
+    win_ = nullptr, reg_ = nullptr, arena_ = nullptr;
     return err;
   }
   // A bump allocator, rewound when every buffer is free again.
@@ -64,6 +69,7 @@ class WindowMemory final : public Base {
   ncclComm_t comm_ = nullptr;
   void* arena_ = nullptr;
   ncclWindow_t win_ = nullptr;
+  void* reg_ = nullptr;
   size_t size_ = 0, used_ = 0;
   int live_ = 0;
 };
