@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
+#include <tuple>
 
 #include "core/comm.h"
 #include "core/connectors.h"
@@ -154,8 +156,16 @@ class GpuEngineImpl final : public GpuEngine {
   Status symmetric(const CollArgs& a, const HostPlan& plan);
   // Opens rank `rank`'s IPC handle of its allocation at `allocBase` (once
   // per process: later windows in it share the mapping).
-  Status openPeer(int rank, uint64_t allocBase, const hipIpcMemHandle_t& h, char** out);
-  void closePeer(int rank, uint64_t allocBase);
+  // An allocation of another process mapped here: its rank, its address
+  // there and its IPC handle. The handle tells a new allocation at a freed
+  // one's address from the old (whose mapping a peer may not have closed
+  // yet), so a mapping is never reused for memory it does not hold.
+  using PeerAlloc = std::tuple<int, uint64_t, std::string>;
+  static PeerAlloc peerAlloc(int rank, uint64_t base, const hipIpcMemHandle_t& h) {
+    return PeerAlloc{rank, base, std::string(reinterpret_cast<const char*>(&h), sizeof(h))};
+  }
+  Status openPeer(const PeerAlloc& key, const hipIpcMemHandle_t& h, char** out);
+  void closePeer(const PeerAlloc& key);
   // Closes the peers' barrier memory this process opened; forgets every rank's.
   void closeSyncMappings();
   // Makes the communicator's GPU the calling thread's current one.
@@ -233,11 +243,11 @@ class GpuEngineImpl final : public GpuEngine {
     char* ptr;
     int refs;
   };
-  std::map<std::pair<int, uint64_t>, Opened> opened_;  // (rank, its allocation) -> IPC mapping
+  std::map<PeerAlloc, Opened> opened_;  // IPC mappings
   // Ranks of this host in other processes whose registered buffers this
   // rank maps (peer-to-peer on between them).
   std::vector<int> sharers_;
-  std::map<uint64_t, std::vector<std::pair<int, uint64_t>>> windowOpens_;  // by window number
+  std::map<uint64_t, std::vector<PeerAlloc>> windowOpens_;  // by window number
   // A group's collectives gathered for one launch (see GpuEngine::collective).
   device::DevCollLaunch gathered_;
   device::KernelKey gatheredKey_{};
@@ -789,11 +799,15 @@ void GpuEngineImpl::importPeerBuffers() {
       hipIpcMemHandle_t h;
       std::memcpy(&h, reg.handle, sizeof(h));
       CaptureTolerant tolerant;  // may run while a graph is captured
-      Status s = openPeer(r, reg.allocBase, h, mapped);
+      Status s = openPeer(peerAlloc(r, reg.allocBase, h), h, mapped);
       (void)hipGetLastError();
       return s;
     };
-    auto close = [this, r](const SharedRegistration& reg) { closePeer(r, reg.allocBase); };
+    auto close = [this, r](const SharedRegistration& reg) {
+      hipIpcMemHandle_t h;
+      std::memcpy(&h, reg.handle, sizeof(h));
+      closePeer(peerAlloc(r, reg.allocBase, h));
+    };
     const PeerInfo& p = comm_->peers()[static_cast<size_t>(r)];
     Status s = shared->refresh(r, p.pid, p.sharedFd, comm_->localIndex(comm_->rank()), open, close);
     if (!s.ok()) {  // its table cannot be mapped: its buffers stay on the FIFO
@@ -816,21 +830,21 @@ struct GpuWindowRecord {
 };
 }  // namespace
 
-Status GpuEngineImpl::openPeer(int rank, uint64_t allocBase, const hipIpcMemHandle_t& h, char** out) {
-  auto it = opened_.find({rank, allocBase});
+Status GpuEngineImpl::openPeer(const PeerAlloc& key, const hipIpcMemHandle_t& h, char** out) {
+  auto it = opened_.find(key);
   if (it == opened_.end()) {
     void* p = nullptr;
     BRAID_CHECK(gpuCheck(hipIpcOpenMemHandle(&p, h, hipIpcMemLazyEnablePeerAccess),
-                         "opening a peer's window (IPC handle)"));
-    it = opened_.emplace(std::make_pair(rank, allocBase), Opened{static_cast<char*>(p), 0}).first;
+                         "opening a peer's buffer (IPC handle)"));
+    it = opened_.emplace(key, Opened{static_cast<char*>(p), 0}).first;
   }
   ++it->second.refs;
   *out = it->second.ptr;
   return okStatus();
 }
 
-void GpuEngineImpl::closePeer(int rank, uint64_t allocBase) {
-  auto it = opened_.find({rank, allocBase});
+void GpuEngineImpl::closePeer(const PeerAlloc& key) {
+  auto it = opened_.find(key);
   if (it == opened_.end() || --it->second.refs > 0) return;
   (void)hipIpcCloseMemHandle(it->second.ptr);
   opened_.erase(it);
@@ -869,7 +883,7 @@ Status GpuEngineImpl::mapWindow(uint64_t number, void* buff, size_t size, std::v
   bases->assign(static_cast<size_t>(n), nullptr);
   const bool firstWindow = syncOf_.empty();
   if (firstWindow) syncOf_.assign(static_cast<size_t>(n), nullptr);
-  std::vector<std::pair<int, uint64_t>>& opens = windowOpens_[number];
+  std::vector<PeerAlloc>& opens = windowOpens_[number];
   for (int r = 0; r < n && why->empty(); ++r) {
     const GpuWindowRecord& rec = records[static_cast<size_t>(r)];
     char* sync = reinterpret_cast<char*>(rec.syncPtr);
@@ -889,12 +903,13 @@ Status GpuEngineImpl::mapWindow(uint64_t number, void* buff, size_t size, std::v
       *why = strCat("rank ", r, "'s buffer is not memory from ncclMemAlloc");
     } else {
       char* p = nullptr;
-      Status s = openPeer(r, rec.allocBase, rec.buff, &p);
+      const PeerAlloc key = peerAlloc(r, rec.allocBase, rec.buff);
+      Status s = openPeer(key, rec.buff, &p);
       if (!s.ok()) {
         *why = s.message();
         break;
       }
-      opens.emplace_back(r, rec.allocBase);
+      opens.push_back(key);
       (*bases)[static_cast<size_t>(r)] = p + rec.offset;
       if (firstWindow) {
         void* q = nullptr;
@@ -936,7 +951,7 @@ void GpuEngineImpl::unmapWindow(uint64_t number) {
   auto it = windowOpens_.find(number);
   if (it == windowOpens_.end()) return;
   (void)useDevice();
-  for (const auto& o : it->second) closePeer(o.first, o.second);
+  for (const PeerAlloc& o : it->second) closePeer(o);
   windowOpens_.erase(it);
 }
 
