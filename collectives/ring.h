@@ -28,7 +28,7 @@
 // recvCopySend and recvReduceCopySend send data that is final at dst (for
 // copySend, dst even when it is src), and the step they meet on the next
 // rank is a recv or recvCopySend of the same offset of its output. Device
-// primitives rely on it in ring direct mode (ranks of one process), where
+// primitives rely on it in ring direct mode (GPUs of one host), where
 // such a step writes the next rank's output instead of its FIFO.
 #pragma once
 

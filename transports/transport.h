@@ -166,10 +166,11 @@ struct DevConn {
   // shifting every later step.
   uint64_t* sizes = nullptr;
   bool net = false;  // the peer's end is a proxy (transports/net/proxy.h)
-  // In-process GPU peers only (null otherwise): the mailbox in the sender's
-  // block (DevDirectBox) through which the receiver of a large message hands
-  // the sender its buffer, which the sender then writes directly instead of
-  // through the FIFO (transports/p2p, "direct writes").
+  // Both blocks in GPU memory only (null otherwise): the mailbox in the
+  // sender's block (DevDirectBox) through which the receiver of a large
+  // message hands the sender its buffer, as the sender's process addresses
+  // it, which the sender then writes directly instead of through the FIFO
+  // (transports/p2p, "direct writes").
   uint64_t* box = nullptr;
 };
 
@@ -213,7 +214,7 @@ struct DevConnLayout {
   static constexpr size_t kCounter = 0;  // tail (receiver's block) or head (sender's block)
   static constexpr size_t kStep = 64;
   static constexpr size_t kSizes = 128;  // receiver's block: kConnectorSteps DevStepWords
-  static constexpr size_t kBox = 128;    // sender's block: DevDirectBox (in-process GPU peers)
+  static constexpr size_t kBox = 128;    // sender's block: DevDirectBox (both blocks in GPU memory)
   static size_t simpleOffset() { return kDevCountersBytes; }  // in the block that holds them
   static size_t llOffset(size_t slotBytes, bool read = false) {
     return kDevCountersBytes + (read ? 0 : kConnectorSteps * slotBytes);

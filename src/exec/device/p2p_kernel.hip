@@ -6,8 +6,9 @@
 // still match, and every step's size is checked by its receiver (a send
 // and a receive of different sizes fail, naming the peer, instead of
 // shifting the connector's later steps). Copy blocks move the group's
-// sends to oneself. Large segments between peers of one process skip the
-// FIFO (dev_work.h, direct writes).
+// sends to oneself. Large segments into buffers the sender's GPU may
+// write (the receiver says so in the mailbox) skip the FIFO (dev_work.h,
+// direct writes).
 #include "exec/device/device_prims.h"
 #include "exec/device/launch.h"
 #include "exec/reduce_ops.h"
