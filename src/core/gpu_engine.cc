@@ -774,10 +774,13 @@ void GpuEngineImpl::shareBuffer(const void* key, void* buff, size_t size) {
   hipIpcMemHandle_t h;
   static_assert(sizeof(h) <= sizeof(reg.handle), "an IPC handle fits a shared registration");
   std::string why;
-  if (!findGpuAllocation(buff, size, &base, &bytes)) {
-    why = "not memory from ncclMemAlloc";
-  } else if (!useDevice().ok() || hipIpcGetMemHandle(&h, base) != hipSuccess) {
-    why = "no IPC handle for its allocation";
+  Status found = useDevice();
+  if (found.ok() && !findGpuAllocation(buff, size, &base, &bytes))
+    found = gpuAllocationRange(buff, &base, &bytes);
+  if (!found.ok()) {
+    why = found.message();
+  } else if (hipIpcGetMemHandle(&h, base) != hipSuccess) {
+    why = "no IPC handle for its allocation (stream-ordered pool or virtual memory?)";
   } else {
     reg.allocBase = reinterpret_cast<uint64_t>(base);
     reg.allocBytes = bytes;

@@ -38,4 +38,8 @@ Status gpuFree(void* ptr);
 // The GPU whose device memory holds `ptr`, or -1 for any other memory (host,
 // pinned host, unknown pointers; always -1 in the host flavor).
 Status gpuPointerDevice(const void* ptr, int* device);
+// The device allocation holding `ptr` (the runtime's allocator or the
+// driver's): its first address and size. An error for other memory, and
+// in the host flavor.
+Status gpuAllocationRange(const void* ptr, void** base, size_t* bytes);
 }  // namespace braid

@@ -1268,7 +1268,8 @@ TEST(GpuWindows, SweepOnAWindowRunsEveryOperatorZeroCopy) {
 // then those sweeps and the quick collective sweep on buffers carved from
 // an ncclMemAlloc arena registered as a window (mapped by every rank at
 // registration), then as a buffer (ncclCommRegister: each peer maps it as
-// it next enqueues work, which two all-reduces after registering ensure).
+// it next enqueues work, which two all-reduces after registering ensure),
+// then on a hipMalloc arena registered as a buffer.
 // Every result must be exact, and this rank's log must show its IPC
 // connectors set up for direct writes, no direct write on plain buffers,
 // and on each arena ring collectives and receives written directly and
@@ -1305,10 +1306,17 @@ TEST(GpuDirectAcrossProcesses, WindowsAndRegisteredBuffersAreWrittenStraight) {
                     " receives direct, ", plain.ringFifo, " and ", plain.recvFifo, " through the FIFO");
     }
     auto& gpu = static_cast<GpuMemory&>(memory);
-    for (const bool window : {true, false}) {
-      const char* what = window ? "window" : "registered buffer";
+    constexpr size_t kArenaBytes = 64u << 20;
+    void* plainArena = nullptr;
+    err = hipCheck(hipMalloc(&plainArena, kArenaBytes), "hipMalloc");
+    if (!err.empty()) return err;
+    for (const int kind : {0, 1, 2}) {  // window, registered ncclMemAlloc memory, registered hipMalloc memory
+      const bool window = kind == 0;
+      const char* what = kind == 0   ? "window"
+                         : kind == 1 ? "registered buffer"
+                                     : "registered hipMalloc buffer";
       WindowMemory<GpuMemory> arena(gpu.device(), gpu.stream(), kSyncTimeoutSec);
-      err = arena.open(comm, 64u << 20, window);
+      err = arena.open(comm, kArenaBytes, window, kind == 2 ? plainArena : nullptr);
       for (int i = 0; i < 2 && err.empty(); ++i) {
         float* x = static_cast<float*>(arena.arena());
         err = check(ncclAllReduce(x, x, 1024, ncclFloat32, ncclSum, comm, gpu.stream()), "ncclAllReduce");
@@ -1330,10 +1338,11 @@ TEST(GpuDirectAcrossProcesses, WindowsAndRegisteredBuffersAreWrittenStraight) {
                       " through the FIFO");
       }
     }
+    (void)hipFree(plainArena);
     const int ipc = logLines(logDir, {"IPC, direct writes"});
     const int shared = logLines(logDir, {"registered buffer", "shared with this host's other processes"});
     const int imported = logLines(logDir, {"registered buffer (allocation", "mapped here"});
-    if (ipc < 2 || shared != 1 || imported < 1) {
+    if (ipc < 2 || shared != 2 || imported < 2) {
       return strCat(ipc, " IPC connectors with direct writes, ", shared, " registrations shared, ", imported,
                     " imported");
     }

@@ -30,11 +30,14 @@ class WindowMemory final : public Base {
  public:
   using Base::Base;
 
-  // With `window` false the arena is registered as a buffer (ncclCommRegister) instead.
-  std::string open(ncclComm_t comm, size_t bytes, bool window = true) {
+  // With `window` false the arena is registered as a buffer (ncclCommRegister)
+  // instead; `memory`, when given, is the arena (the caller's to free).
+  std::string open(ncclComm_t comm, size_t bytes, bool window = true, void* memory = nullptr) {
     comm_ = comm;
     size_ = bytes;
-    std::string err = check(ncclMemAlloc(&arena_, bytes), "ncclMemAlloc");
+    owned_ = memory == nullptr;
+    arena_ = memory;
+    std::string err = owned_ ? check(ncclMemAlloc(&arena_, bytes), "ncclMemAlloc") : "";
     if (err.empty() && window)
       err = check(ncclCommWindowRegister(comm, arena_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC),
                   "ncclCommWindowRegister");
@@ -46,7 +49,7 @@ class WindowMemory final : public Base {
     std::string err;
     if (win_ != nullptr) err += check(ncclCommWindowDeregister(comm_, win_), "ncclCommWindowDeregister");
     if (reg_ != nullptr) err += check(ncclCommDeregister(comm_, reg_), "ncclCommDeregister");
-    if (arena_ != nullptr) err += check(ncclMemFree(arena_), "ncclMemFree");
+    if (arena_ != nullptr && owned_) err += check(ncclMemFree(arena_), "ncclMemFree");
     win_ = nullptr, reg_ = nullptr, arena_ = nullptr;
     return err;
   }
@@ -70,6 +73,7 @@ class WindowMemory final : public Base {
   void* arena_ = nullptr;
   ncclWindow_t win_ = nullptr;
   void* reg_ = nullptr;
+  bool owned_ = true;
   size_t size_ = 0, used_ = 0;
   int live_ = 0;
 };
