@@ -4,12 +4,15 @@
 // from one registered window per rank, and the log proves the all-reduces,
 // all-gathers and reduce-scatters ran zero-copy; ranks that disagree about
 // windows get an error, not a hang; a window on memory a peer cannot map
-// falls back to the FIFOs.
+// falls back to the FIFOs; each rank knows where its peers mapped its
+// window.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "coll_sweep.h"
+#include "core/comm.h"
 #include "harness.h"
 #include "util/strings.h"
 #include "window_memory.h"
@@ -189,6 +193,69 @@ TEST(CollWindowsFallback, WindowsOnPlainMemoryUseTheFifos) {
         return err;
       },
       120, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+// Every rank knows where each peer's process mapped its window
+// (SymmetricWindows::peerView, which GPU ranks hand peers for direct
+// writes). Checked by use: the ranks all-gather those addresses, each
+// writes a mark into every peer's window at the address that peer gave
+// it, and each finds every peer's mark in its own memory. Nothing outside
+// a zero-copy window has a view.
+TEST(CollWindowsViews, EachRankWritesWherePeersSayTheirWindowsAreMapped) {
+  const ScopedTempDir dir("braid-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  RootProcess root = startRootProcess(windowEnv(dir.path()));
+  auto out = runRanks(
+      3,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        const size_t bytes = 1 << 16, at = 4096;  // the marks: 8 bytes per writer from `at` on
+        void* mem = nullptr;
+        err = check(ncclMemAlloc(&mem, bytes), "ncclMemAlloc");
+        ncclWindow_t win = nullptr;
+        if (err.empty())
+          err = check(ncclCommWindowRegister(comm, mem, bytes, &win, NCCL_WIN_COLL_SYMMETRIC), "register");
+        if (!err.empty()) return err;
+        char* mine = static_cast<char*>(mem);
+        std::memset(mine, 0, bytes);
+        const SymmetricWindows& windows = static_cast<Communicator*>(comm)->windows();
+        // views[r * n + p]: rank r's marks area as rank p's process addresses it.
+        std::vector<uint64_t> views(static_cast<size_t>(n * n));
+        for (int p = 0; p < n; ++p)
+          views[static_cast<size_t>(rank * n + p)] =
+              reinterpret_cast<uint64_t>(windows.peerView(p, mine + at, 64));
+        std::vector<uint64_t> local(views.begin() + rank * n, views.begin() + (rank + 1) * n);
+        err = check(
+            ncclAllGather(local.data(), views.data(), static_cast<size_t>(n), ncclUint64, comm, nullptr),
+            "all-gather of the views");
+        for (int r = 0; r < n && err.empty(); ++r) {
+          uint64_t* there = reinterpret_cast<uint64_t*>(views[static_cast<size_t>(r * n + rank)]);
+          if (there == nullptr) err = strCat("rank ", r, " has no view for this rank");
+          if (r != rank && err.empty())
+            there[rank] = 1000u * static_cast<unsigned>(rank) + static_cast<unsigned>(r);
+        }
+        float one = 1.0f;  // a barrier: every mark is written before anyone checks
+        if (err.empty())
+          err = check(ncclAllReduce(&one, &one, 1, ncclFloat, ncclSum, comm, nullptr), "barrier");
+        const uint64_t* marks = reinterpret_cast<const uint64_t*>(mine + at);
+        for (int q = 0; q < n && err.empty(); ++q) {
+          const uint64_t want =
+              q == rank ? 0 : 1000u * static_cast<unsigned>(q) + static_cast<unsigned>(rank);
+          if (marks[q] != want) err = strCat("rank ", q, "'s mark reads ", marks[q], ", not ", want);
+        }
+        std::vector<char> plain(64);
+        if (err.empty() && (windows.peerView((rank + 1) % n, plain.data(), 64) != nullptr ||
+                            windows.peerView((rank + 1) % n, mine + bytes - 8, 16) != nullptr))
+          err = "memory outside the window has a view";
+        err += check(ncclCommWindowDeregister(comm, win), "deregister");
+        err += check(ncclCommDestroy(comm), "destroy");
+        ncclMemFree(mem);
+        return err;
+      },
+      60, windowEnv(dir.path()));
   EXPECT_EQ(describeFailures(out), "");
 }
 
