@@ -403,7 +403,7 @@ Status Communicator::exchangePeerInfo() {
   me.p2pDirectMin = static_cast<uint64_t>(paramGpuP2pDirectMin.get());
   me.ringDirectMin = static_cast<uint64_t>(paramGpuRingDirectMin.get());
   if (backend_ == Backend::Gpu && nranks_ > 1) {
-    BRAID_CHECK(PeerBuffers::create(&peerBuffers_));
+    BRAID_CHECK(PeerBuffers::create(commHash_, rank_, &peerBuffers_));
     me.sharedFd = peerBuffers_->fd();
   }
   if (backend_ == Backend::Gpu) {

@@ -17,6 +17,7 @@ static_assert(sizeof(SharedRegistration) == 8 * kRegWords, "a registration is wh
 // The memory file's layout. Only the owner writes slots and the
 // generation; only peer i writes imports[i].
 struct PeerBuffers::Table {
+  static constexpr uint64_t kMagic = 0x42524149445245ull;  // "BRAIDRE"
   struct Slot {
     std::atomic<uint64_t> serial;  // 0: empty; else the registration's serial
     std::atomic<uint64_t> words[kRegWords];
@@ -25,17 +26,23 @@ struct PeerBuffers::Table {
     std::atomic<uint64_t> serial;  // the slot serial `addr` belongs to; 0: none
     std::atomic<uint64_t> addr;    // where the peer's process mapped the allocation
   };
+  uint64_t magic, commHash;  // written once, before any peer maps it
+  int64_t rank;
   std::atomic<uint64_t> generation;  // bumped after every publish and withdraw
   Slot slots[kSharedSlots];
   Import imports[kSharedPeers][kSharedSlots];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "atomics shared between processes");
 
-Status PeerBuffers::create(std::unique_ptr<PeerBuffers>* out) {
+Status PeerBuffers::create(uint64_t commHash, int rank, std::unique_ptr<PeerBuffers>* out) {
   std::unique_ptr<PeerBuffers> p(new PeerBuffers());
   void* mem = nullptr;
   BRAID_CHECK(sharedMemoryCreate(sizeof(Table), &p->fd_, &mem).withContext("the registered-buffer table"));
   p->table_ = new (mem) Table();
+  p->table_->magic = Table::kMagic;
+  p->table_->commHash = commHash;
+  p->table_->rank = rank;
+  p->commHash_ = commHash;
   *out = std::move(p);
   return okStatus();
 }
@@ -93,6 +100,13 @@ Status PeerBuffers::refresh(int owner, pid_t pid, int fd, int myLocal, const Ope
     void* mem = nullptr;
     BRAID_CHECK(sharedMemoryMapPeer(pid, fd, 0, sizeof(Table), &mem)
                     .withContext(strCat("mapping rank ", owner, "'s registered-buffer table")));
+    const Table* t = static_cast<Table*>(mem);
+    if (t->magic != Table::kMagic || t->commHash != commHash_ || t->rank != owner) {
+      sharedMemoryUnmap(mem, sizeof(Table));
+      owners_.erase(owner);
+      return systemError("process ", pid, "'s memory file ", fd, " is not rank ", owner,
+                         "'s registered-buffer table of this communicator (did that rank leave?)");
+    }
     o.table = static_cast<Table*>(mem);
     o.myLocal = myLocal;
   }

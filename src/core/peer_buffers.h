@@ -46,8 +46,10 @@ struct SharedRegistration {
 
 class PeerBuffers {
  public:
-  // This rank's table (zeroed shared memory).
-  static Status create(std::unique_ptr<PeerBuffers>* out);
+  // This rank's table (zeroed shared memory), marked as rank `rank`'s of
+  // the communicator `commHash`: a peer checks the mark before it trusts
+  // what it mapped.
+  static Status create(uint64_t commHash, int rank, std::unique_ptr<PeerBuffers>* out);
   ~PeerBuffers();
   PeerBuffers(const PeerBuffers&) = delete;
   PeerBuffers& operator=(const PeerBuffers&) = delete;
@@ -97,6 +99,7 @@ class PeerBuffers {
   };
 
   int fd_ = -1;
+  uint64_t commHash_ = 0;
   Table* table_ = nullptr;
   mutable std::mutex mu_;  // published_ and the serials (owner side)
   std::map<const void*, Published> published_;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -56,6 +57,15 @@ Status sharedMemoryMapPeer(pid_t pid, int fd, size_t offset, size_t bytes, void*
   if (f < 0) {
     return systemError("cannot open process ", pid, "'s shared memory (", path, "): ", std::strerror(errno),
                        " (the processes must run as the same user)");
+  }
+  // Pages past the file's end (the descriptor closed and reused for a
+  // shorter file meanwhile) would fault on first touch: refuse them here.
+  struct stat st;
+  if (fstat(f, &st) != 0 ||
+      (static_cast<uint64_t>(st.st_size) + pageBytes() - 1) / pageBytes() * pageBytes() < offset + bytes) {
+    close(f);
+    return systemError("process ", pid, "'s shared memory (", path, ") is not the ", offset + bytes,
+                       " bytes expected: did that rank leave?");
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, static_cast<off_t>(offset));
   const int e = errno;

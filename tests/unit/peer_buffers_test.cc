@@ -17,10 +17,13 @@
 #include <string>
 #include <thread>
 
+#include "platform/shared_memory.h"
+
 namespace braid {
 namespace {
 
-constexpr int kChildLocal = 3;  // the child's index among the host's ranks
+constexpr uint64_t kComm = 0x5eed;  // the communicator's hash
+constexpr int kChildLocal = 3;      // the child's index among the host's ranks
 constexpr uint64_t kAllocA = 0x10000000, kAllocB = 0x20000000;
 // Where the child "maps" an allocation: distinct from the owner's address.
 uint64_t mappedAt(uint64_t allocBase) {
@@ -48,7 +51,7 @@ char readStep(int fd, double seconds) {
 // Exits 0 if that happened within 20 s and the handles were intact.
 [[noreturn]] void importer(int tableFd, int out) {
   std::unique_ptr<PeerBuffers> mine;
-  if (!PeerBuffers::create(&mine).ok()) _exit(2);
+  if (!PeerBuffers::create(kComm, 1, &mine).ok()) _exit(2);
   std::string seen;
   bool intact = true;
   auto open = [&](const SharedRegistration& reg, char** mapped) {
@@ -71,7 +74,7 @@ char readStep(int fd, double seconds) {
 
 TEST(PeerBuffers, AnotherProcessImportsWithdrawnAndReusedSlots) {
   std::unique_ptr<PeerBuffers> table;
-  ASSERT_TRUE(PeerBuffers::create(&table).ok());
+  ASSERT_TRUE(PeerBuffers::create(kComm, 0, &table).ok());
   int keys[2];
   // Registration A: [alloc + 64, alloc + 64 + 4096) of allocation A.
   const char* bufA = reinterpret_cast<const char*>(kAllocA + 64);
@@ -119,13 +122,45 @@ TEST(PeerBuffers, AnotherProcessImportsWithdrawnAndReusedSlots) {
 // A full table refuses more registrations (they stay on the FIFO).
 TEST(PeerBuffers, AFullTableRefusesMore) {
   std::unique_ptr<PeerBuffers> table;
-  ASSERT_TRUE(PeerBuffers::create(&table).ok());
+  ASSERT_TRUE(PeerBuffers::create(kComm, 0, &table).ok());
   static char keys[kSharedSlots + 1];
   for (int i = 0; i < kSharedSlots; ++i)
     ASSERT_TRUE(table->publish(&keys[i], &keys[i], 1, registration(kAllocA + 4096u * i, 0)));
   EXPECT_FALSE(table->publish(&keys[kSharedSlots], &keys[kSharedSlots], 1, registration(kAllocB, 0)));
   table->withdraw(&keys[5]);
   EXPECT_TRUE(table->publish(&keys[kSharedSlots], &keys[kSharedSlots], 1, registration(kAllocB, 0)));
+}
+
+// A peer checks what it maps before trusting it: another rank's table,
+// another communicator's, and a file too small for a table (a descriptor
+// reused after its rank left) are errors, never imports or a fault.
+TEST(PeerBuffers, ATableIsCheckedBeforeItIsTrusted) {
+  std::unique_ptr<PeerBuffers> owner, other, importer;
+  ASSERT_TRUE(PeerBuffers::create(kComm, 0, &owner).ok());
+  ASSERT_TRUE(PeerBuffers::create(kComm + 1, 1, &other).ok());
+  ASSERT_TRUE(PeerBuffers::create(kComm, 1, &importer).ok());
+  int key = 0;
+  const char* buf = reinterpret_cast<const char*>(kAllocA + 64);
+  ASSERT_TRUE(owner->publish(&key, buf, 4, registration(kAllocA, 0xA1)));
+  int opens = 0;
+  auto open = [&](const SharedRegistration&, char** mapped) {
+    ++opens;
+    *mapped = reinterpret_cast<char*>(mappedAt(kAllocA));
+    return okStatus();
+  };
+  auto close = [](const SharedRegistration&) {};
+  EXPECT_FALSE(importer->refresh(1, getpid(), owner->fd(), 0, open, close).ok())
+      << "rank 0's table as rank 1's";
+  EXPECT_FALSE(importer->refresh(0, getpid(), other->fd(), 0, open, close).ok()) << "another communicator's";
+  int small = -1;
+  void* mem = nullptr;
+  ASSERT_TRUE(sharedMemoryCreate(64, &small, &mem).ok());
+  EXPECT_FALSE(importer->refresh(0, getpid(), small, 0, open, close).ok()) << "a 64-byte file";
+  sharedMemoryDestroy(small, mem, 64);
+  EXPECT_EQ(opens, 0);
+  EXPECT_TRUE(importer->refresh(0, getpid(), owner->fd(), 1, open, close).ok());
+  EXPECT_EQ(opens, 1);
+  EXPECT_EQ(owner->viewOf(1, buf, 4), reinterpret_cast<char*>(mappedAt(kAllocA) + 64));
 }
 
 }  // namespace
