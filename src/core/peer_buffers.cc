@@ -60,6 +60,9 @@ bool PeerBuffers::publish(const void* key, const void* buff, size_t bytes, const
   Table::Slot& s = table_->slots[slot];
   uint64_t words[kRegWords];
   std::memcpy(words, &reg, sizeof(reg));
+  // A peer still reading this slot's previous registration must see the
+  // serial change (0 since the withdrawal) if it sees any new word.
+  std::atomic_thread_fence(std::memory_order_release);
   for (int i = 0; i < kRegWords; ++i) s.words[i].store(words[i], std::memory_order_relaxed);
   const uint64_t serial = ++nextSerial_;
   s.serial.store(serial, std::memory_order_release);
