@@ -451,6 +451,13 @@ Status Communicator::exchangePeerInfo() {
       localIndex_[static_cast<size_t>(r)] += nodeOf[static_cast<size_t>(q)] == nodeOf[static_cast<size_t>(r)];
   }
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
+  // The registered-buffer table serves only ranks of this host in other
+  // processes (which read the descriptor from the peer info just sent).
+  bool tableUsed = false;
+  for (int r = 0; r < nranks_ && peerBuffers_ != nullptr; ++r)
+    tableUsed = tableUsed ||
+                (nodeOf[static_cast<size_t>(r)] == nodeOf[static_cast<size_t>(rank_)] && !sameProcess(r));
+  if (!tableUsed) peerBuffers_.reset();
   // The load-store team: every node holds localRanks_ ranks in one block of
   // consecutive ranks (node j: ranks j*localRanks_ on), and no rank keeps
   // its GPU memory to itself.

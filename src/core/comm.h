@@ -145,8 +145,8 @@ class Communicator : public StallListener {
   // (core/peer_buffers.h).
   Status registerBuffer(void* buff, size_t size, void** handle);
   Status deregisterBuffer(void* handle);
-  // GPU backend with more than one rank: this rank's registered-buffer
-  // table and its imports of the peers'; else null.
+  // GPU backend, with ranks of this host in other processes: this rank's
+  // registered-buffer table and its imports of the peers'; else null.
   PeerBuffers* peerBuffers() { return peerBuffers_.get(); }
   // Rank r's index among the ranks of its host (in rank order).
   int localIndex(int r) const { return localIndex_[static_cast<size_t>(r)]; }

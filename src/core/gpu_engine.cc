@@ -178,7 +178,8 @@ class GpuEngineImpl final : public GpuEngine {
   // Where rank `peer`'s GPU may write [buf, buf + bytes) of this rank, in
   // the peer's address space; null where it may not. A GPU of this process:
   // buf, if peerWritable; another process's: its mapping of the zero-copy
-  // window holding buf (core/symmetric.h).
+  // window (core/symmetric.h) or the shared registration
+  // (core/peer_buffers.h) holding buf.
   char* writableBy(int peer, void* buf, size_t bytes) const;
   bool peersConnected(int n, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) const;
   // A group's sends and receives: the peers each way and the peer channels they use.
@@ -401,7 +402,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   if (staging_ != nullptr) (void)hipFree(staging_);
   for (void* p : retiredStaging_) (void)hipFree(p);
   for (void* p : ringTables_) (void)hipFree(p);
-  if (comm_->peerBuffers() != nullptr) comm_->peerBuffers()->closeAll([](const SharedRegistration&) {});
+  if (comm_->peerBuffers() != nullptr) comm_->peerBuffers()->forgetImports();  // closed below
   for (auto& o : opened_) (void)hipIpcCloseMemHandle(o.second.ptr);
   closeSyncMappings();
   if (sync_ != nullptr) (void)hipFree(sync_);

@@ -72,7 +72,7 @@ const std::pair<const uintptr_t, Allocation>* allocationHolding(const void* p, s
   if (it == allocations().begin()) return nullptr;
   --it;
   const Allocation& a = it->second;
-  if (addr - it->first > a.bytes || bytes > a.bytes - (addr - it->first)) return nullptr;
+  if (!spanHolds(reinterpret_cast<const void*>(it->first), a.bytes, p, bytes)) return nullptr;
   return &*it;
 }
 }  // namespace

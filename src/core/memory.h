@@ -14,6 +14,12 @@
 
 namespace braid {
 
+// Whether [base, base + size) holds [p, p + bytes) (an empty range at its end too).
+inline bool spanHolds(const void* base, size_t size, const void* p, size_t bytes) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base), a = reinterpret_cast<uintptr_t>(p);
+  return a >= b && a - b <= size && bytes <= size - (a - b);
+}
+
 Status memAlloc(void** ptr, size_t bytes);
 // Frees memory from memAlloc; anything else is ncclInvalidArgument.
 Status memFree(void* ptr);
@@ -39,8 +45,8 @@ bool findGpuAllocation(const void* p, size_t bytes, void** base, size_t* allocBy
 // Registration is a promise about a buffer's lifetime, as in NCCL. Host
 // windows are also mapped into the peers (core/symmetric.h) for zero-copy
 // collectives, and GPU windows of ncclMemAlloc memory into the peers' GPUs;
-// GPU buffer registrations of ncclMemAlloc memory are shared with the
-// host's other processes (core/peer_buffers.h) for direct writes.
+// GPU buffer registrations are shared with the host's other processes
+// (core/peer_buffers.h) for direct writes.
 class BufferRegistry {
  public:
   enum class Kind { Buffer, Window };

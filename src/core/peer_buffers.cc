@@ -3,6 +3,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/memory.h"
 #include "platform/shared_memory.h"
 #include "util/log.h"
 #include "util/strings.h"
@@ -85,8 +86,7 @@ char* PeerBuffers::viewOf(int peerLocal, const void* p, size_t bytes) const {
   const char* c = static_cast<const char*>(p);
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [key, pub] : published_) {
-    if (c < pub.buff || c > pub.buff + pub.bytes || bytes > static_cast<size_t>(pub.buff + pub.bytes - c))
-      continue;
+    if (!spanHolds(pub.buff, pub.bytes, c, bytes)) continue;
     const Table::Import& imp = table_->imports[peerLocal][pub.slot];
     if (imp.serial.load(std::memory_order_acquire) != pub.serial) return nullptr;  // not imported (yet)
     const uint64_t addr = imp.addr.load(std::memory_order_relaxed);
@@ -158,14 +158,12 @@ Status PeerBuffers::refresh(int owner, pid_t pid, int fd, int myLocal, const Ope
   return okStatus();
 }
 
-void PeerBuffers::closeAll(const CloseFn& close) {
+void PeerBuffers::forgetImports() {
   for (auto& [rank, o] : owners_) {
     for (int k = 0; k < kSharedSlots; ++k) {
-      Imported& mine = o.slots[k];
-      if (mine.serial == 0) continue;
+      if (o.slots[k].serial == 0) continue;
       o.table->imports[o.myLocal][k].serial.store(0, std::memory_order_release);
-      if (mine.reg.allocBase != 0) close(mine.reg);
-      mine = Imported{};
+      o.slots[k] = Imported{};
     }
     o.generation = 0;
   }

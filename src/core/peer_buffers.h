@@ -74,8 +74,9 @@ class PeerBuffers {
   // local index is `myLocal`. A registration `open` fails to map is logged
   // and not retried.
   Status refresh(int owner, pid_t pid, int fd, int myLocal, const OpenFn& open, const CloseFn& close);
-  // Closes every import, and tells the owners (at destroy).
-  void closeAll(const CloseFn& close);
+  // Tells every owner that this rank's imports are gone (at destroy; the
+  // caller closes the mappings themselves).
+  void forgetImports();
 
  private:
   PeerBuffers() = default;

@@ -181,7 +181,7 @@ void SymmetricWindows::remove(Communicator& comm, void* handle) {
 const SymmetricWindows::Window* SymmetricWindows::holding(const void* p, size_t bytes) const {
   const char* c = static_cast<const char*>(p);
   for (const Window& w : windows_) {
-    if (c >= w.buff && c <= w.buff + w.size && bytes <= static_cast<size_t>(w.buff + w.size - c)) return &w;
+    if (spanHolds(w.buff, w.size, c, bytes)) return &w;
   }
   return nullptr;
 }
