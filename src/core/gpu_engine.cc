@@ -43,6 +43,10 @@ constexpr size_t kP2pBytesPerChannel = 512u << 10;  // a send or receive gets a 
 constexpr size_t kSelfCopyInKernelMax = 1u << 20;
 constexpr size_t kSelfCopyBytesPerBlock = 128u << 10;
 constexpr size_t kSelfCopyMaxBlocks = 16;
+// How long a rank waits for a peer process to lend it a descriptor of its
+// virtual-memory allocation (platform/fd_lending.h); a live peer answers at
+// once, a dead one refuses at once.
+constexpr int kBorrowTimeoutMs = 5000;
 
 Status gpuCheck(hipError_t e, const char* what) {
   if (e == hipSuccess) return okStatus();
@@ -50,14 +54,18 @@ Status gpuCheck(hipError_t e, const char* what) {
 }
 
 // Whether another GPU of this process may write `buf` of this rank's GPU
-// directly: memory the runtime's allocator gave (peer access, enabled when
-// the connectors were made, covers it). Stream-ordered pools and virtual
+// directly: memory of ncclMemAlloc (which grants every GPU that can reach
+// it access) or of the runtime's allocator (peer access, enabled when the
+// connectors were made, covers it). Other stream-ordered pools and virtual
 // memory mappings need access granted per allocation, which is theirs to
 // give; an IPC handle exists for none of them, nor for host memory, so
 // those stay on the FIFO.
 bool peerWritable(const void* buf, int device) {
   int owner = -1;
   if (!gpuPointerDevice(buf, &owner).ok() || owner != device) return false;
+  void* base = nullptr;
+  size_t bytes = 0;
+  if (findGpuAllocation(buf, 0, &base, &bytes)) return true;
   hipIpcMemHandle_t h;
   if (hipIpcGetMemHandle(&h, const_cast<void*>(buf)) == hipSuccess) return true;
   (void)hipGetLastError();
@@ -154,17 +162,18 @@ class GpuEngineImpl final : public GpuEngine {
 
   // A zero-copy collective on the windows holding its buffers.
   Status symmetric(const CollArgs& a, const HostPlan& plan);
-  // Opens rank `rank`'s IPC handle of its allocation at `allocBase` (once
-  // per process: later windows in it share the mapping).
   // An allocation of another process mapped here: its rank, its address
-  // there and its IPC handle. The handle tells a new allocation at a freed
-  // one's address from the old (whose mapping a peer may not have closed
-  // yet), so a mapping is never reused for memory it does not hold.
+  // there and its export (platform/gpu.h). The export tells a new
+  // allocation at a freed one's address from the old (whose mapping a peer
+  // may not have closed yet), so a mapping is never reused for memory it
+  // does not hold.
   using PeerAlloc = std::tuple<int, uint64_t, std::string>;
-  static PeerAlloc peerAlloc(int rank, uint64_t base, const hipIpcMemHandle_t& h) {
-    return PeerAlloc{rank, base, std::string(reinterpret_cast<const char*>(&h), sizeof(h))};
+  static PeerAlloc peerAlloc(int rank, uint64_t base, const GpuExport& e) {
+    return PeerAlloc{rank, base, std::string(reinterpret_cast<const char*>(&e), sizeof(e))};
   }
-  Status openPeer(const PeerAlloc& key, const hipIpcMemHandle_t& h, char** out);
+  // Maps rank `key`'s allocation (once per process: later windows and
+  // registrations in it share the mapping).
+  Status openPeer(const PeerAlloc& key, const GpuExport& e, char** out);
   void closePeer(const PeerAlloc& key);
   // Closes the peers' barrier memory this process opened; forgets every rank's.
   void closeSyncMappings();
@@ -243,12 +252,14 @@ class GpuEngineImpl final : public GpuEngine {
   struct Opened {
     char* ptr;
     int refs;
+    GpuExport exp;
   };
-  std::map<PeerAlloc, Opened> opened_;  // IPC mappings
+  std::map<PeerAlloc, Opened> opened_;  // peers' allocations mapped here
   // Ranks of this host in other processes whose registered buffers this
   // rank maps (peer-to-peer on between them).
   std::vector<int> sharers_;
   std::map<uint64_t, std::vector<PeerAlloc>> windowOpens_;  // by window number
+  std::map<uint64_t, GpuExport> windowExports_;             // this rank's, by window number
   // A group's collectives gathered for one launch (see GpuEngine::collective).
   device::DevCollLaunch gathered_;
   device::KernelKey gatheredKey_{};
@@ -403,7 +414,8 @@ GpuEngineImpl::~GpuEngineImpl() {
   for (void* p : retiredStaging_) (void)hipFree(p);
   for (void* p : ringTables_) (void)hipFree(p);
   if (comm_->peerBuffers() != nullptr) comm_->peerBuffers()->forgetImports();  // closed below
-  for (auto& o : opened_) (void)hipIpcCloseMemHandle(o.second.ptr);
+  for (auto& o : opened_) gpuUnimport(o.second.exp, o.second.ptr);
+  for (auto& [number, e] : windowExports_) gpuUnexport(e);
   closeSyncMappings();
   if (sync_ != nullptr) (void)hipFree(sync_);
   if (setup_ != nullptr) (void)hipStreamDestroy(setup_);
@@ -772,24 +784,21 @@ void GpuEngineImpl::shareBuffer(const void* key, void* buff, size_t size) {
   void* base = nullptr;
   size_t bytes = 0;
   SharedRegistration reg;
-  hipIpcMemHandle_t h;
-  static_assert(sizeof(h) <= sizeof(reg.handle), "an IPC handle fits a shared registration");
   std::string why;
   Status found = useDevice();
   if (found.ok() && !findGpuAllocation(buff, size, &base, &bytes))
     found = gpuAllocationRange(buff, &base, &bytes);
+  if (found.ok()) found = gpuExport(base, bytes, &reg.exp);
   if (!found.ok()) {
     why = found.message();
-  } else if (hipIpcGetMemHandle(&h, base) != hipSuccess) {
-    why = "no IPC handle for its allocation (stream-ordered pool or virtual memory?)";
   } else {
     reg.allocBase = reinterpret_cast<uint64_t>(base);
     reg.allocBytes = bytes;
-    std::memcpy(reg.handle, &h, sizeof(h));
-    if (!comm_->peerBuffers()->publish(key, buff, size, reg))
+    if (!comm_->peerBuffers()->publish(key, buff, size, reg)) {
+      gpuUnexport(reg.exp);
       why = strCat(kSharedSlots, " registrations are shared already");
+    }
   }
-  (void)hipGetLastError();
   BRAID_INFO(
       kLogAlloc, "registered buffer %p (%zu bytes): %s%s", buff, size,
       why.empty() ? "shared with this host's other processes (direct writes)" : "not shared: ", why.c_str());
@@ -800,17 +809,11 @@ void GpuEngineImpl::importPeerBuffers() {
   for (size_t i = 0; i < sharers_.size(); ++i) {
     const int r = sharers_[i];
     auto open = [this, r](const SharedRegistration& reg, char** mapped) {
-      hipIpcMemHandle_t h;
-      std::memcpy(&h, reg.handle, sizeof(h));
       CaptureTolerant tolerant;  // may run while a graph is captured
-      Status s = openPeer(peerAlloc(r, reg.allocBase, h), h, mapped);
-      (void)hipGetLastError();
-      return s;
+      return openPeer(peerAlloc(r, reg.allocBase, reg.exp), reg.exp, mapped);
     };
     auto close = [this, r](const SharedRegistration& reg) {
-      hipIpcMemHandle_t h;
-      std::memcpy(&h, reg.handle, sizeof(h));
-      closePeer(peerAlloc(r, reg.allocBase, h));
+      closePeer(peerAlloc(r, reg.allocBase, reg.exp));
     };
     const PeerInfo& p = comm_->peers()[static_cast<size_t>(r)];
     Status s = shared->refresh(r, p.pid, p.sharedFd, comm_->localIndex(comm_->rank()), open, close);
@@ -824,7 +827,7 @@ void GpuEngineImpl::importPeerBuffers() {
 namespace {
 // What a rank tells the others about one window (all-gathered).
 struct GpuWindowRecord {
-  hipIpcMemHandle_t buff;  // the allocation holding the window
+  GpuExport buff;          // the allocation holding the window
   hipIpcMemHandle_t sync;  // the rank's barrier memory
   uint64_t allocBase = 0;  // the allocation's address in its process (0: not ncclMemAlloc memory)
   uint64_t offset = 0;     // the window's offset in it
@@ -834,13 +837,13 @@ struct GpuWindowRecord {
 };
 }  // namespace
 
-Status GpuEngineImpl::openPeer(const PeerAlloc& key, const hipIpcMemHandle_t& h, char** out) {
+Status GpuEngineImpl::openPeer(const PeerAlloc& key, const GpuExport& e, char** out) {
   auto it = opened_.find(key);
   if (it == opened_.end()) {
-    void* p = nullptr;
-    BRAID_CHECK(gpuCheck(hipIpcOpenMemHandle(&p, h, hipIpcMemLazyEnablePeerAccess),
-                         "opening a peer's buffer (IPC handle)"));
-    it = opened_.emplace(key, Opened{static_cast<char*>(p), 0}).first;
+    char* p = nullptr;
+    BRAID_CHECK(gpuImport(e, kBorrowTimeoutMs, &p)
+                    .withContext(strCat("mapping rank ", std::get<0>(key), "'s buffer")));
+    it = opened_.emplace(key, Opened{p, 0, e}).first;
   }
   ++it->second.refs;
   *out = it->second.ptr;
@@ -850,7 +853,7 @@ Status GpuEngineImpl::openPeer(const PeerAlloc& key, const hipIpcMemHandle_t& h,
 void GpuEngineImpl::closePeer(const PeerAlloc& key) {
   auto it = opened_.find(key);
   if (it == opened_.end() || --it->second.refs > 0) return;
-  (void)hipIpcCloseMemHandle(it->second.ptr);
+  gpuUnimport(it->second.exp, it->second.ptr);
   opened_.erase(it);
 }
 
@@ -875,12 +878,16 @@ Status GpuEngineImpl::mapWindow(uint64_t number, void* buff, size_t size, std::v
   BRAID_CHECK(gpuCheck(hipIpcGetMemHandle(&mine.sync, sync_), "making an IPC handle of barrier memory"));
   void* base = nullptr;
   size_t allocBytes = 0;
-  if (findGpuAllocation(buff, size, &base, &allocBytes) &&
-      hipIpcGetMemHandle(&mine.buff, base) == hipSuccess) {
-    mine.allocBase = reinterpret_cast<uint64_t>(base);
-    mine.offset = static_cast<uint64_t>(static_cast<char*>(buff) - static_cast<char*>(base));
+  if (findGpuAllocation(buff, size, &base, &allocBytes)) {
+    Status s = gpuExport(base, allocBytes, &mine.buff);
+    if (s.ok()) {
+      windowExports_.emplace(number, mine.buff);  // until the window goes: peers map it during this call
+      mine.allocBase = reinterpret_cast<uint64_t>(base);
+      mine.offset = static_cast<uint64_t>(static_cast<char*>(buff) - static_cast<char*>(base));
+    } else {
+      BRAID_INFO(kLogAlloc, "window %p: its allocation cannot be shared: %s", buff, s.message().c_str());
+    }
   }
-  (void)hipGetLastError();
   BRAID_CHECK(comm_->bootstrap()
                   ->allGather(records.data(), sizeof(GpuWindowRecord))
                   .withContext("ncclCommWindowRegister"));
@@ -952,6 +959,11 @@ void GpuEngineImpl::closeSyncMappings() {
 }
 
 void GpuEngineImpl::unmapWindow(uint64_t number) {
+  auto e = windowExports_.find(number);
+  if (e != windowExports_.end()) {
+    gpuUnexport(e->second);
+    windowExports_.erase(e);
+  }
   auto it = windowOpens_.find(number);
   if (it == windowOpens_.end()) return;
   (void)useDevice();

@@ -11,6 +11,7 @@
 #include "platform/gpu.h"
 #include "platform/shared_memory.h"
 #include "util/log.h"
+#include "util/strings.h"
 
 namespace braid {
 namespace {
@@ -18,6 +19,7 @@ struct Allocation {
   bool gpu;
   int fd;  // host memory: the memory file peers map
   size_t bytes;
+  bool vmm;  // GPU memory: a shareable virtual-memory allocation (bytes: what is mapped)
 };
 std::mutex gMutex;
 // Every live allocation by address.
@@ -34,16 +36,29 @@ Status memAlloc(void** ptr, size_t bytes) {
   BRAID_CHECK(selectBackend(&backend));
   void* p = nullptr;
   int fd = -1;
+  size_t mapped = bytes;
+  bool vmm = false;
   if (backend == Backend::Gpu) {
-    BRAID_CHECK(gpuMalloc(&p, bytes));
+    // Virtual memory, as NCCL's: other processes map it by a lent
+    // descriptor (platform/gpu.h). Where the driver cannot make it, the
+    // runtime's allocator (IPC handles).
+    Status s = gpuMallocShareable(bytes, &p, &mapped);
+    vmm = s.ok();
+    if (!vmm) {
+      BRAID_INFO(kLogAlloc, "ncclMemAlloc: no shareable virtual memory (%s); using the runtime's allocator",
+                 s.message().c_str());
+      mapped = bytes;
+      BRAID_CHECK(gpuMalloc(&p, bytes));
+    }
   } else {
     BRAID_CHECK(sharedMemoryCreate(bytes, &fd, &p).withContext("ncclMemAlloc"));
   }
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    allocations()[reinterpret_cast<uintptr_t>(p)] = Allocation{backend == Backend::Gpu, fd, bytes};
+    allocations()[reinterpret_cast<uintptr_t>(p)] = Allocation{backend == Backend::Gpu, fd, mapped, vmm};
   }
-  BRAID_INFO(kLogAlloc, "ncclMemAlloc %zu bytes on %s at %p", bytes, backendName(backend), p);
+  BRAID_INFO(kLogAlloc, "ncclMemAlloc %zu bytes on %s at %p%s", bytes, backendName(backend), p,
+             vmm ? strCat(" (virtual memory, ", mapped, " bytes mapped)").c_str() : "");
   *ptr = p;
   return okStatus();
 }
@@ -59,7 +74,7 @@ Status memFree(void* ptr) {
     a = it->second;
     allocations().erase(it);
   }
-  if (a.gpu) return gpuFree(ptr);
+  if (a.gpu) return a.vmm ? gpuFreeShareable(ptr, a.bytes) : gpuFree(ptr);
   sharedMemoryDestroy(a.fd, ptr, a.bytes);
   return okStatus();
 }

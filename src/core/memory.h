@@ -1,5 +1,7 @@
 // ncclMemAlloc / ncclMemFree: memory suited to communication on the active
-// backend. GPU backend: device memory of the current GPU. Host backend:
+// backend. GPU backend: device memory of the current GPU, as virtual memory
+// other processes can map (platform/gpu.h, gpuMallocShareable; the
+// runtime's allocator where the driver cannot). Host backend:
 // page-aligned host memory other processes of the host can map
 // (platform/shared_memory.h), so windows registered on it give zero-copy
 // collectives. Thread-safe.

@@ -18,7 +18,7 @@ static_assert(sizeof(SharedRegistration) == 8 * kRegWords, "a registration is wh
 // The memory file's layout. Only the owner writes slots and the
 // generation; only peer i writes imports[i].
 struct PeerBuffers::Table {
-  static constexpr uint64_t kMagic = 0x42524149445245ull;  // "BRAIDRE"
+  static constexpr uint64_t kMagic = 0x42524149445232ull;  // "BRAIDR2" (slots hold a GpuExport)
   struct Slot {
     std::atomic<uint64_t> serial;  // 0: empty; else the registration's serial
     std::atomic<uint64_t> words[kRegWords];
@@ -49,6 +49,7 @@ Status PeerBuffers::create(uint64_t commHash, int rank, std::unique_ptr<PeerBuff
 }
 
 PeerBuffers::~PeerBuffers() {
+  for (auto& [key, pub] : published_) gpuUnexport(pub.exp);
   for (auto& [rank, o] : owners_) sharedMemoryUnmap(o.table, sizeof(Table));
   if (table_ != nullptr) sharedMemoryDestroy(fd_, table_, sizeof(Table));
 }
@@ -68,7 +69,7 @@ bool PeerBuffers::publish(const void* key, const void* buff, size_t bytes, const
   const uint64_t serial = ++nextSerial_;
   s.serial.store(serial, std::memory_order_release);
   table_->generation.fetch_add(1, std::memory_order_release);
-  published_[key] = Published{slot, serial, static_cast<const char*>(buff), bytes, reg.allocBase};
+  published_[key] = Published{slot, serial, static_cast<const char*>(buff), bytes, reg.allocBase, reg.exp};
   return true;
 }
 
@@ -78,6 +79,7 @@ void PeerBuffers::withdraw(const void* key) {
   if (it == published_.end()) return;
   table_->slots[it->second.slot].serial.store(0, std::memory_order_release);
   table_->generation.fetch_add(1, std::memory_order_release);
+  gpuUnexport(it->second.exp);
   published_.erase(it);
 }
 

@@ -5,17 +5,18 @@
 // memory file its host's peers map (platform/shared_memory.h):
 //
 //   - the owner publishes each registration in a slot (the allocation
-//     holding it and that allocation's IPC handle) and withdraws it at
-//     deregistration;
+//     holding it and that allocation's export: an IPC handle, or a lent
+//     descriptor of a virtual-memory allocation, platform/gpu.h) and
+//     withdraws it at deregistration;
 //   - a peer, whenever it enqueues GPU work, imports the registrations it
-//     has not seen (its open callback maps the IPC handle) and writes back,
+//     has not seen (its open callback maps the export) and writes back,
 //     in the owner's table, where its process mapped each one, and closes
 //     what was withdrawn;
 //   - the owner then hands the peer's kernels that address (viewOf).
 //
 // A registration a peer has not imported yet is simply not written
 // directly: the owner posts null in the mailbox and both ends take the
-// FIFO. No thread, no socket; a peer that never enqueues never imports.
+// FIFO. A peer that never enqueues never imports.
 // Slots are read seqlock-style (serial, words, serial again), so an owner
 // reusing a slot while a peer reads it is seen and retried.
 #pragma once
@@ -30,6 +31,7 @@
 #include <memory>
 #include <mutex>
 
+#include "platform/gpu.h"
 #include "util/status.h"
 
 namespace braid {
@@ -41,7 +43,7 @@ constexpr int kSharedPeers = 16;   // ranks of one host that share them (local i
 struct SharedRegistration {
   uint64_t allocBase = 0;  // the allocation holding it, in the owner's process
   uint64_t allocBytes = 0;
-  unsigned char handle[64] = {};  // the allocation's IPC handle
+  GpuExport exp;  // how another process maps the allocation
 };
 
 class PeerBuffers {
@@ -58,7 +60,9 @@ class PeerBuffers {
 
   // --- owner side ---
   // Shares registration `key` ([buff, buff + bytes) of allocation `reg`);
-  // false if every slot is taken.
+  // false if every slot is taken. Once published, the table owns reg.exp:
+  // withdrawing the registration, or destroying the table, ends the export
+  // (gpuUnexport).
   bool publish(const void* key, const void* buff, size_t bytes, const SharedRegistration& reg);
   // Stops sharing `key` (no-op if it was not shared).
   void withdraw(const void* key);
@@ -87,6 +91,7 @@ class PeerBuffers {
     const char* buff;
     size_t bytes;
     uint64_t allocBase;
+    GpuExport exp;
   };
   struct Imported {
     uint64_t serial = 0;

@@ -4,8 +4,6 @@
 #include "util/strings.h"
 
 #if defined(BRAID_GPU_CUDA) || defined(BRAID_GPU_HIP)
-#include <dlfcn.h>
-
 #include "platform/gpu_runtime.h"
 #define BRAID_HAVE_GPU_RUNTIME 1
 #endif
@@ -102,30 +100,6 @@ auto memoryTypeOf(const A& a, long) -> decltype(a.memoryType) {
 }
 }  // namespace
 
-Status gpuAllocationRange(const void* ptr, void** base, size_t* bytes) {
-#if defined(BRAID_GPU_CUDA)
-  // The runtime has no such query; the driver's, opened at run time (the
-  // library links no libcuda).
-  using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
-  static const GetRange getRange = []() -> GetRange {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    return lib != nullptr ? reinterpret_cast<GetRange>(dlsym(lib, "cuMemGetAddressRange_v2")) : nullptr;
-  }();
-  if (getRange == nullptr) return gpuError("cuMemGetAddressRange_v2 is not in libcuda.so.1");
-  unsigned long long b = 0;
-  const int err = getRange(&b, bytes, reinterpret_cast<unsigned long long>(ptr));
-  if (err != 0) return gpuError("cuMemGetAddressRange of ", ptr, " failed (CUresult ", err, ")");
-  *base = reinterpret_cast<void*>(b);
-#else
-  hipError_t err = hipMemGetAddressRange(base, bytes, const_cast<void*>(ptr));
-  if (err != hipSuccess) {
-    (void)hipGetLastError();
-    return gpuError("hipMemGetAddressRange of ", ptr, ": ", hipGetErrorString(err));
-  }
-#endif
-  return okStatus();
-}
-
 Status gpuPointerDevice(const void* ptr, int* device) {
   *device = -1;
   hipPointerAttribute_t a;
@@ -160,9 +134,6 @@ Status gpuFree(void* ptr) {
 Status gpuPointerDevice(const void*, int* device) {
   *device = -1;
   return okStatus();
-}
-Status gpuAllocationRange(const void*, void**, size_t*) {
-  return invalidUsage("no GPU allocations: this is a host-only build of Braid");
 }
 
 #endif

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "platform/fd_lending.h"
 #include "util/status.h"
 
 namespace braid {
@@ -42,4 +43,36 @@ Status gpuPointerDevice(const void* ptr, int* device);
 // driver's): its first address and size. An error for other memory, and
 // in the host flavor.
 Status gpuAllocationRange(const void* ptr, void** base, size_t* bytes);
+
+// --- platform/gpu_vmm.cc ---
+// Device memory of the current GPU that other processes can map: a virtual-
+// memory allocation with a POSIX-descriptor handle, mapped read-write for
+// every GPU of this process that can reach it. `*mapped` is `bytes` rounded
+// up to the allocation granularity; gpuFreeShareable takes it back.
+Status gpuMallocShareable(size_t bytes, void** ptr, size_t* mapped);
+Status gpuFreeShareable(void* ptr, size_t mapped);
+
+// How another process of this host maps one GPU allocation: the runtime's
+// IPC handle where the runtime made it, else (a virtual-memory allocation)
+// a descriptor of it lent by this process (platform/fd_lending.h). Plain
+// bytes: it travels in all-gathers and shared tables, and its bytes tell
+// one export from another (a new allocation at a freed one's address).
+struct GpuExport {
+  enum Kind : uint32_t { kNone = 0, kIpc = 1, kDescriptor = 2 };
+  uint32_t kind = kNone;
+  uint32_t reserved = 0;
+  uint64_t bytes = 0;          // the allocation's size
+  LentFd lent;                 // kDescriptor
+  unsigned char ipc[64] = {};  // kIpc
+};
+// Exports the allocation that starts at `base` and spans `bytes`. Each
+// success is paired with gpuUnexport; exports of one allocation are one
+// (the same bytes, so importers map it once) until the last is undone,
+// which stops lending the descriptor.
+Status gpuExport(void* base, size_t bytes, GpuExport* out);
+void gpuUnexport(const GpuExport& e);
+// Maps another process's export on the current GPU; a descriptor's owner
+// must answer within `timeoutMs`. gpuUnimport unmaps it.
+Status gpuImport(const GpuExport& e, int timeoutMs, char** ptr);
+void gpuUnimport(const GpuExport& e, char* ptr);
 }  // namespace braid

@@ -1269,7 +1269,12 @@ TEST(GpuWindows, SweepOnAWindowRunsEveryOperatorZeroCopy) {
 // an ncclMemAlloc arena registered as a window (mapped by every rank at
 // registration), then as a buffer (ncclCommRegister: each peer maps it as
 // it next enqueues work, which two all-reduces after registering ensure),
-// then on a hipMalloc arena registered as a buffer.
+// then on a hipMalloc arena registered as a buffer, then on a virtual-memory
+// allocation of the program's own (not ncclMemAlloc's; made exportable as a
+// POSIX descriptor, as PyTorch's expandable segments are) registered as a
+// buffer. ncclMemAlloc memory and the program's virtual memory reach the
+// peer as descriptors lent over a Unix socket (platform/fd_lending.h),
+// hipMalloc memory as an IPC handle.
 // Every result must be exact, and this rank's log must show its IPC
 // connectors set up for direct writes, no direct write on plain buffers,
 // and on each arena ring collectives and receives written directly and
@@ -1310,13 +1315,19 @@ TEST(GpuDirectAcrossProcesses, WindowsAndRegisteredBuffersAreWrittenStraight) {
     void* plainArena = nullptr;
     err = hipCheck(hipMalloc(&plainArena, kArenaBytes), "hipMalloc");
     if (!err.empty()) return err;
-    for (const int kind : {0, 1, 2}) {  // window, registered ncclMemAlloc memory, registered hipMalloc memory
+    void* vmmArena = nullptr;
+    size_t vmmMapped = 0;
+    if (Status s = gpuMallocShareable(kArenaBytes, &vmmArena, &vmmMapped); !s.ok()) return s.message();
+    // Window, registered ncclMemAlloc memory, registered hipMalloc memory,
+    // registered virtual memory of the program's own.
+    for (const int kind : {0, 1, 2, 3}) {
       const bool window = kind == 0;
       const char* what = kind == 0   ? "window"
                          : kind == 1 ? "registered buffer"
-                                     : "registered hipMalloc buffer";
+                         : kind == 2 ? "registered hipMalloc buffer"
+                                     : "registered virtual-memory buffer";
       WindowMemory<GpuMemory> arena(gpu.device(), gpu.stream(), kSyncTimeoutSec);
-      err = arena.open(comm, kArenaBytes, window, kind == 2 ? plainArena : nullptr);
+      err = arena.open(comm, kArenaBytes, window, kind == 2 ? plainArena : kind == 3 ? vmmArena : nullptr);
       for (int i = 0; i < 2 && err.empty(); ++i) {
         float* x = static_cast<float*>(arena.arena());
         err = check(ncclAllReduce(x, x, 1024, ncclFloat32, ncclSum, comm, gpu.stream()), "ncclAllReduce");
@@ -1339,12 +1350,16 @@ TEST(GpuDirectAcrossProcesses, WindowsAndRegisteredBuffersAreWrittenStraight) {
       }
     }
     (void)hipFree(plainArena);
+    if (Status s = gpuFreeShareable(vmmArena, vmmMapped); !s.ok()) return s.message();
     const int ipc = logLines(logDir, {"IPC, direct writes"});
     const int shared = logLines(logDir, {"registered buffer", "shared with this host's other processes"});
     const int imported = logLines(logDir, {"registered buffer (allocation", "mapped here"});
-    if (ipc < 2 || shared != 2 || imported < 2) {
+    const int vmm = logLines(logDir, {"ncclMemAlloc", "(virtual memory"});
+    const int lending = logLines(logDir, {"lending descriptors on @braid-fd-"});
+    if (ipc < 2 || shared != 3 || imported < 3 || vmm < 2 || lending != 1) {
       return strCat(ipc, " IPC connectors with direct writes, ", shared, " registrations shared, ", imported,
-                    " imported");
+                    " imported, ", vmm, " ncclMemAlloc calls gave virtual memory, ", lending,
+                    " descriptor servers");
     }
     return "";
   };

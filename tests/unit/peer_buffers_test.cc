@@ -34,7 +34,7 @@ SharedRegistration registration(uint64_t allocBase, unsigned char mark) {
   SharedRegistration r;
   r.allocBase = allocBase;
   r.allocBytes = 1 << 20;
-  std::memset(r.handle, mark, sizeof(r.handle));
+  std::memset(r.exp.ipc, mark, sizeof(r.exp.ipc));
   return r;
 }
 
@@ -56,7 +56,7 @@ char readStep(int fd, double seconds) {
   bool intact = true;
   auto open = [&](const SharedRegistration& reg, char** mapped) {
     const unsigned char mark = reg.allocBase == kAllocA ? 0xA1 : 0xB2;
-    for (unsigned char c : reg.handle) intact = intact && c == mark;
+    for (unsigned char c : reg.exp.ipc) intact = intact && c == mark;
     *mapped = reinterpret_cast<char*>(mappedAt(reg.allocBase));
     seen += reg.allocBase == kAllocA ? 'a' : 'b';
     return okStatus();
