@@ -555,7 +555,9 @@ Status GpuEngineImpl::deviceStatus() const {
   const volatile device::DevStatus* v = status_;
   device::DevStatus s;
   s.code = v->code;
-  if (s.code == device::kDevOk) return okStatus();
+  // Claimed: a block is still writing why; it fails on a later poll.
+  if (s.code == device::kDevOk || s.code == device::kDevClaimed) return okStatus();
+  std::atomic_thread_fence(std::memory_order_acquire);  // the fields after the code
   Status net = comm_->connectors().netError();
   if (!net.ok()) return net;  // a net connector failed: the kernels were stopped for it
   s.channel = v->channel;

@@ -33,9 +33,12 @@ struct DevChannel {
 };
 
 // How a kernel ended, in host-mapped memory the host polls
-// (ncclCommGetAsyncError). The first failing block records its wait.
+// (ncclCommGetAsyncError) while kernels run. The first failing block
+// claims it (kDevClaimed), records its wait, then publishes the code: the
+// host reads the fields only after a final code, so it never reports a
+// failure with fields not yet written.
 struct DevStatus {
-  int32_t code;     // kDevOk, kDevAborted, kDevTimedOut, kDevMismatch
+  int32_t code;     // kDevOk, kDevClaimed, kDevAborted, kDevTimedOut, kDevMismatch
   int32_t channel;  // the block (channel) that failed first
   int32_t peer;     // the rank it waited for
   // 0: data (tail or LL flags), 1: a free slot (head); zero-copy: 2 a peer
@@ -49,7 +52,7 @@ struct DevStatus {
 // kDevMismatch: a zero-copy peer runs another collective, or passed its
 // buffers at other offsets in its windows; waiting for 0 (data): a
 // point-to-point step's size differs from the receive's (checkSizes).
-constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2, kDevMismatch = 3;
+constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2, kDevMismatch = 3, kDevClaimed = -1;
 
 struct DevCtx {
   const volatile int32_t* abort = nullptr;  // host-mapped: raised by ncclCommAbort

@@ -86,11 +86,14 @@ struct DevWait {
 __device__ inline void recordWaitFailure(const DevCtx& ctx, volatile int* sFail, int32_t code,
                                          const DevWait& w) {
   *sFail = 1;
-  if (atomicCAS(reinterpret_cast<int*>(&ctx.status->code), 0, code) == 0) {
+  int* codeWord = reinterpret_cast<int*>(&ctx.status->code);
+  if (atomicCAS(codeWord, kDevOk, kDevClaimed) == kDevOk) {
     ctx.status->channel = w.channel;
     ctx.status->peer = w.peer;
     ctx.status->waitingFor = w.waitingFor;
     ctx.status->step = w.step;
+    __threadfence_system();  // the fields before the code (the host reads them after it)
+    atomicExch(codeWord, code);
     __threadfence_system();
   }
 }
