@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -49,7 +50,11 @@ std::once_flag gOnce;
 Lender& lender() {
   std::call_once(gOnce, [] {
     gLender = new Lender();  // never destroyed: the server thread may outlive static destruction
-    pthread_atfork(nullptr, nullptr, [] { gLender = new Lender(); });
+    pthread_atfork(nullptr, nullptr, [] {
+      const int inherited = gLender->listenFd;  // the parent's server socket, not the child's
+      gLender = new Lender();
+      if (inherited >= 0) close(inherited);
+    });
   });
   return *gLender;
 }
@@ -110,9 +115,15 @@ void serve(Lender* l, int listenFd) {
   for (;;) {
     const int c = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      BRAID_WARN("descriptor lending stopped: accept: %s", std::strerror(errno));
-      return;
+      const int err = errno;
+      if (err == EBADF || err == EINVAL || err == ENOTSOCK) {
+        BRAID_WARN("descriptor lending stopped: accept: %s", std::strerror(err));
+        return;
+      }
+      // Interrupted, a borrower gone, or out of descriptors or memory for
+      // a moment: a borrower waiting meanwhile times out, a later one is served.
+      if (err != EINTR && err != ECONNABORTED) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
     }
     answer(*l, c);
     close(c);
