@@ -43,15 +43,6 @@ constexpr size_t kP2pBytesPerChannel = 512u << 10;  // a send or receive gets a 
 constexpr size_t kSelfCopyInKernelMax = 1u << 20;
 constexpr size_t kSelfCopyBytesPerBlock = 128u << 10;
 constexpr size_t kSelfCopyMaxBlocks = 16;
-// How long a rank waits for a peer process to lend it a descriptor of its
-// virtual-memory allocation (platform/fd_lending.h); a live peer answers at
-// once, a dead one refuses at once.
-constexpr int kBorrowTimeoutMs = 5000;
-
-Status gpuCheck(hipError_t e, const char* what) {
-  if (e == hipSuccess) return okStatus();
-  return Status(ncclUnhandledCudaError, strCat(what, ": ", hipGetErrorString(e)));
-}
 
 // Whether another GPU of this process may write `buf` of this rank's GPU
 // directly: memory of ncclMemAlloc (which grants every GPU that can reach
@@ -843,7 +834,7 @@ Status GpuEngineImpl::openPeer(const PeerAlloc& key, const GpuExport& e, char** 
   auto it = opened_.find(key);
   if (it == opened_.end()) {
     char* p = nullptr;
-    BRAID_CHECK(gpuImport(e, kBorrowTimeoutMs, &p)
+    BRAID_CHECK(gpuImport(e, kGpuImportTimeoutMs, &p)
                     .withContext(strCat("mapping rank ", std::get<0>(key), "'s buffer")));
     it = opened_.emplace(key, Opened{p, 0, e}).first;
   }

@@ -47,7 +47,6 @@ Status memAlloc(void** ptr, size_t bytes) {
     if (!vmm) {
       BRAID_INFO(kLogAlloc, "ncclMemAlloc: no shareable virtual memory (%s); using the runtime's allocator",
                  s.message().c_str());
-      mapped = bytes;
       BRAID_CHECK(gpuMalloc(&p, bytes));
     }
   } else {

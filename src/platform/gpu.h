@@ -71,6 +71,10 @@ struct GpuExport {
 // which stops lending the descriptor.
 Status gpuExport(void* base, size_t bytes, GpuExport* out);
 void gpuUnexport(const GpuExport& e);
+// How long an importer waits for a peer process to lend it a descriptor
+// (platform/fd_lending.h); a live peer answers at once, a dead one refuses
+// at once.
+constexpr int kGpuImportTimeoutMs = 5000;
 // Maps another process's export on the current GPU; a descriptor's owner
 // must answer within `timeoutMs`. gpuUnimport unmaps it.
 Status gpuImport(const GpuExport& e, int timeoutMs, char** ptr);

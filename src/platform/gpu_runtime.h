@@ -126,3 +126,15 @@ inline hipError_t hipDriverGetVersion(int* v) { return cudaDriverGetVersion(v); 
 #else
 #error "gpu_runtime.h is for the cuda and hip flavors only"
 #endif
+
+#include "util/status.h"
+
+namespace braid {
+// A runtime call's result as a Status naming what failed; clears the
+// runtime's last error, so a failure does not fail the next launch.
+inline Status gpuCheck(hipError_t e, const char* what) {
+  if (e == hipSuccess) return okStatus();
+  (void)hipGetLastError();
+  return gpuError(what, ": ", hipGetErrorString(e));
+}
+}  // namespace braid

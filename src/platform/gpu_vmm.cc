@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "platform/gpu.h"
@@ -30,9 +31,7 @@ namespace {
 
 // The runtime's status (the cuda flavor's driver status has its own below).
 Status check(hipError_t e, const char* what) {
-  if (e == hipSuccess) return okStatus();
-  (void)hipGetLastError();
-  return gpuError(what, ": ", hipGetErrorString(e));
+  return gpuCheck(e, what);
 }
 
 #if defined(BRAID_GPU_CUDA)
@@ -276,14 +275,17 @@ Status gpuFreeShareable(void* ptr, size_t mapped) {
 namespace {
 // Descriptor exports by allocation, shared by every export of it (a window
 // and a registration of one allocation give peers one export, which they
-// map once).
+// map once). Keyed by base and size: an allocation freed while still
+// registered and replaced at its address by one of another size gets an
+// export of its own.
 struct LiveExport {
   GpuExport exp;
   int refs;
 };
 std::mutex gExportMutex;
-std::map<uintptr_t, LiveExport>& liveExports() {
-  static auto* m = new std::map<uintptr_t, LiveExport>();
+using ExportKey = std::pair<uintptr_t, size_t>;
+std::map<ExportKey, LiveExport>& liveExports() {
+  static auto* m = new std::map<ExportKey, LiveExport>();
   return *m;
 }
 }  // namespace
@@ -300,8 +302,9 @@ Status gpuExport(void* base, size_t bytes, GpuExport* out) {
   }
   (void)hipGetLastError();
   std::lock_guard<std::mutex> lock(gExportMutex);
-  auto live = liveExports().find(reinterpret_cast<uintptr_t>(base));
-  if (live != liveExports().end() && live->second.exp.bytes == bytes) {
+  const ExportKey key{reinterpret_cast<uintptr_t>(base), bytes};
+  auto live = liveExports().find(key);
+  if (live != liveExports().end()) {
     ++live->second.refs;
     *out = live->second.exp;
     return okStatus();
@@ -321,7 +324,7 @@ Status gpuExport(void* base, size_t bytes, GpuExport* out) {
     return s;
   }
   out->kind = GpuExport::kDescriptor;
-  liveExports()[reinterpret_cast<uintptr_t>(base)] = LiveExport{*out, 1};
+  liveExports()[key] = LiveExport{*out, 1};
   return okStatus();
 }
 

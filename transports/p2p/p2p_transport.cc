@@ -28,11 +28,6 @@ struct Handle {
   hipIpcMemHandle_t ipc;
 };
 
-Status gpuCheck(hipError_t e, const char* what) {
-  if (e == hipSuccess) return okStatus();
-  return Status(ncclUnhandledCudaError, strCat(what, ": ", hipGetErrorString(e)));
-}
-
 uint32_t handleTag(uint32_t tag, bool fromSender) { return tag + (fromSender ? 1u : 0u); }
 
 size_t roundToPages(size_t bytes) {
