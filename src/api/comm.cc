@@ -3,6 +3,7 @@
 
 #include "api/api.h"
 #include "core/config.h"
+#include "core/dev_resources.h"
 #include "core/init.h"
 #include "core/library.h"
 
@@ -277,15 +278,7 @@ BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, siz
                                  " bytes (NCCL_WIN_REQUIRED_ALIGNMENT), which a symmetric window needs; "
                                  "allocate it with ncclMemAlloc");
         }
-        void* handle = nullptr;
-        BRAID_CHECK(c->buffers().add(buff, size, &handle, BufferRegistry::Kind::Window));
-        Status s = c->windows().add(*c, handle, buff, size);
-        if (!s.ok()) {
-          (void)c->buffers().remove(handle, BufferRegistry::Kind::Window);
-          return s;
-        }
-        *win = reinterpret_cast<ncclWindow_t>(handle);
-        return okStatus();
+        return c->registerWindow(buff, size, win);
       },
       comm);
 }
@@ -297,36 +290,41 @@ BRAID_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t 
         Communicator* c = nullptr;
         BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
         BRAID_CHECK(api::checkNotNull(win, "win"));
-        BRAID_CHECK(c->buffers().remove(win, BufferRegistry::Kind::Window));
-        c->windows().remove(*c, win);
-        return okStatus();
+        return c->deregisterWindow(win);
       },
       comm);
 }
-// NCCL 2.28's device API (nccl_device/core.h, not nccl.h): device
-// communicators for user kernels. PyTorch's libtorch_cuda.so links these two,
-// so a drop-in must define them; the requirement and result structures are
-// opaque here.
-constexpr const char* kNoDeviceApi = "NCCL's device API (nccl_device.h: device communicators, LSA and GIN)";
-BRAID_COMM_ENTRY(kNoDeviceApi, ncclDevCommCreate,
-                 BRAID_ARGS(ncclComm_t comm, const void* reqs, void* outDevComm), {
-                   BRAID_CHECK(api::checkNotNull(reqs, "reqs"));
-                   BRAID_CHECK(api::checkNotNull(outDevComm, "outDevComm"));
-                 })
-BRAID_COMM_ENTRY(kNoDeviceApi, ncclDevCommDestroy, BRAID_ARGS(ncclComm_t comm, const void* devComm),
-                 { BRAID_CHECK(api::checkNotNull(devComm, "devComm")); })
 
-// The device API's host functions (nccl_device/*.h). Teams are rank
-// arithmetic on the communicator, so they work (a program may size its
-// work by ncclTeamLsa); the resource requirements only feed
-// ncclDevCommCreate and are refused like it. Without these symbols a
-// program built against NCCL 2.28's device headers would not load against
-// the libnccl.so.2 alias.
+// NCCL 2.28's device API (nccl_device/*.h, not nccl.h): device
+// communicators for user kernels built against NCCL's device headers, over
+// the LSA team (core/lsa_space.h); GIN and multimem are refused.
+BRAID_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, const ncclDevCommRequirements* reqs,
+          ncclDevComm* outDevComm) {
+  return api::apiGuard(
+      "ncclDevCommCreate",
+      [&]() -> Status {
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(api::checkNotNull(reqs, "reqs"));
+        BRAID_CHECK(api::checkNotNull(outDevComm, "outDevComm"));
+        return c->devCommCreate(*reqs, outDevComm);
+      },
+      comm);
+}
+BRAID_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const ncclDevComm* devComm) {
+  return api::apiGuard(
+      "ncclDevCommDestroy",
+      [&]() -> Status {
+        Communicator* c = nullptr;
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(api::checkNotNull(devComm, "devComm"));
+        return c->devCommDestroy(*devComm);
+      },
+      comm);
+}
+
+// Teams are rank arithmetic on the communicator.
 namespace {
-struct Team {  // nccl_device/core.h's ncclTeam, returned by value
-  int nRanks, rank, stride;
-};
-
 // The communicator, or null after recording why (no team can be an error code).
 Communicator* teamComm(const char* func, ncclComm_t comm) {
   Communicator* c = nullptr;
@@ -335,31 +333,26 @@ Communicator* teamComm(const char* func, ncclComm_t comm) {
   (void)api::finishCall(func, s, nullptr);
   return nullptr;
 }
-
-Status checkRequirementOutputs(const void* handle, const void* req) {
-  BRAID_CHECK(api::checkNotNull(handle, "outHandle"));
-  return api::checkNotNull(req, "outReq");
-}
 }  // namespace
 
-BRAID_API(Team, ncclTeamWorld, ncclComm_t comm) {
+BRAID_API(ncclTeam, ncclTeamWorld, ncclComm_t comm) {
   const Communicator* c = teamComm("ncclTeamWorld", comm);
-  return c == nullptr ? Team{0, 0, 1} : Team{c->nranks(), c->rank(), 1};
+  return c == nullptr ? ncclTeam{0, 0, 1} : ncclTeam{c->nranks(), c->rank(), 1};
 }
-BRAID_API(Team, ncclTeamLsa, ncclComm_t comm) {
+BRAID_API(ncclTeam, ncclTeamLsa, ncclComm_t comm) {
   const Communicator* c = teamComm("ncclTeamLsa", comm);
-  return c == nullptr ? Team{0, 0, 1} : Team{c->lsaSize(), c->rank() % c->lsaSize(), 1};
+  return c == nullptr ? ncclTeam{0, 0, 1} : ncclTeam{c->lsaSize(), c->rank() % c->lsaSize(), 1};
 }
-BRAID_API(Team, ncclTeamRail, ncclComm_t comm) {  // this rank's place in every node's LSA team
+BRAID_API(ncclTeam, ncclTeamRail, ncclComm_t comm) {  // this rank's place in every node's LSA team
   const Communicator* c = teamComm("ncclTeamRail", comm);
-  return c == nullptr ? Team{0, 0, 1}
-                      : Team{c->nranks() / c->lsaSize(), c->rank() / c->lsaSize(), c->lsaSize()};
+  return c == nullptr ? ncclTeam{0, 0, 1}
+                      : ncclTeam{c->nranks() / c->lsaSize(), c->rank() / c->lsaSize(), c->lsaSize()};
 }
-BRAID_API(int, ncclTeamRankToWorld, ncclComm_t comm, Team team, int rank) {
+BRAID_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam team, int rank) {
   const Communicator* c = teamComm("ncclTeamRankToWorld", comm);
   return c == nullptr ? -1 : c->rank() + (rank - team.rank) * team.stride;
 }
-BRAID_API(int, ncclTeamRankToLsa, ncclComm_t comm, Team team, int rank) {
+BRAID_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam team, int rank) {
   const Communicator* c = teamComm("ncclTeamRankToLsa", comm);
   return c == nullptr ? -1 : c->rank() % c->lsaSize() + (rank - team.rank) * team.stride;
 }
@@ -368,23 +361,29 @@ BRAID_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) {  // 8 bytes of
   const int64_t slots = int64_t(maxElts) * ((int64_t(maxEltSize) + 7) / 8);
   return slots > INT32_MAX ? INT32_MAX : static_cast<int>(slots);
 }
-BRAID_API(ncclResult_t, ncclLLA2ACreateRequirement, int /*nBlocks*/, int /*nSlots*/, void* outHandle,
-          void* outReq) {
+BRAID_API(ncclResult_t, ncclLLA2ACreateRequirement, int nBlocks, int nSlots, ncclLLA2AHandle* outHandle,
+          ncclDevResourceRequirements* outReq) {
   return api::apiGuard("ncclLLA2ACreateRequirement", [&]() -> Status {
-    BRAID_CHECK(checkRequirementOutputs(outHandle, outReq));
-    return api::notBuiltYet("ncclLLA2ACreateRequirement", kNoDeviceApi);
+    BRAID_CHECK(api::checkNotNull(outHandle, "outHandle"));
+    BRAID_CHECK(api::checkNotNull(outReq, "outReq"));
+    return llA2ARequirement(nBlocks, nSlots, outHandle, outReq);
   });
 }
-BRAID_API(ncclResult_t, ncclLsaBarrierCreateRequirement, Team /*team*/, int /*nBarriers*/, void* outHandle,
-          void* outReq) {
+BRAID_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam team, int nBarriers,
+          ncclLsaBarrierHandle* outHandle, ncclDevResourceRequirements* outReq) {
   return api::apiGuard("ncclLsaBarrierCreateRequirement", [&]() -> Status {
-    BRAID_CHECK(checkRequirementOutputs(outHandle, outReq));
-    return api::notBuiltYet("ncclLsaBarrierCreateRequirement", kNoDeviceApi);
+    BRAID_CHECK(api::checkNotNull(outHandle, "outHandle"));
+    BRAID_CHECK(api::checkNotNull(outReq, "outReq"));
+    return lsaBarrierRequirement(team, nBarriers, outHandle, outReq);
   });
 }
-BRAID_COMM_ENTRY(kNoDeviceApi, ncclGinBarrierCreateRequirement,
-                 BRAID_ARGS(ncclComm_t comm, Team /*team*/, int /*nBarriers*/, void* outHandle, void* outReq),
-                 { BRAID_CHECK(checkRequirementOutputs(outHandle, outReq)); })
+BRAID_COMM_ENTRY("GPU-initiated networking (GIN) of NCCL's device API", ncclGinBarrierCreateRequirement,
+                 BRAID_ARGS(ncclComm_t comm, ncclTeam /*team*/, int /*nBarriers*/,
+                            ncclGinBarrierHandle* outHandle, ncclDevResourceRequirements* outReq),
+                 {
+                   BRAID_CHECK(api::checkNotNull(outHandle, "outHandle"));
+                   BRAID_CHECK(api::checkNotNull(outReq, "outReq"));
+                 })
 BRAID_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
           ncclScalarResidence_t residence, ncclComm_t comm) {
   return api::apiGuard("ncclRedOpCreatePreMulSum", [&]() -> Status {

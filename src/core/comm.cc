@@ -206,6 +206,59 @@ Status Communicator::deregisterBuffer(void* handle) {
   return okStatus();
 }
 
+Status Communicator::registerWindow(void* buff, size_t size, ncclWindow_t* win) {
+  void* handle = nullptr;
+  BRAID_CHECK(buffers_->add(buff, size, &handle, BufferRegistry::Kind::Window));
+  Status s = windows_->add(*this, handle, buff, size);
+  GpuEngine* engine = nullptr;
+  if (s.ok() && backend_ == Backend::Gpu) {
+    s = gpuEngine(&engine);
+    if (s.ok()) s = engine->deviceWindowCreate(buff, size, handle, win);
+    if (!s.ok()) windows_->remove(*this, handle);
+  } else if (s.ok()) {
+    *win = static_cast<ncclWindow_t>(handle);
+  }
+  if (!s.ok()) (void)buffers_->remove(handle, BufferRegistry::Kind::Window);
+  return s;
+}
+
+Status Communicator::deregisterWindow(ncclWindow_t win) {
+  void* handle = win;
+  GpuEngine* engine = nullptr;
+  if (backend_ == Backend::Gpu) {
+    BRAID_CHECK(gpuEngine(&engine));
+    if (!engine->deviceWindowHost(win, &handle)) {
+      return invalidArgument("argument 'win' (", static_cast<void*>(win),
+                             ") is no window of this communicator (deregistered already?)");
+    }
+  }
+  BRAID_CHECK(buffers_->remove(handle, BufferRegistry::Kind::Window));
+  windows_->remove(*this, handle);
+  if (engine != nullptr) engine->deviceWindowDestroy(win);
+  return okStatus();
+}
+
+Status Communicator::devCommCreate(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
+  if (backend_ != Backend::Gpu) {
+    return invalidUsage(
+        "NCCL's device API (ncclDevCommCreate) needs the GPU backend; this communicator runs on ",
+        backendName(backend_));
+  }
+  GpuEngine* engine = nullptr;
+  BRAID_CHECK(gpuEngine(&engine));
+  return engine->devCommCreate(reqs, out);
+}
+
+Status Communicator::devCommDestroy(const ncclDevComm& devComm) {
+  if (backend_ != Backend::Gpu) {
+    return invalidArgument("argument 'devComm': this communicator runs on ", backendName(backend_),
+                           " and has no device communicators");
+  }
+  GpuEngine* engine = nullptr;
+  BRAID_CHECK(gpuEngine(&engine));
+  return engine->devCommDestroy(devComm);
+}
+
 Status Communicator::gpuEngine(GpuEngine** out) {
   std::lock_guard<std::mutex> lock(gpuMutex_);
   if (!gpu_) {

@@ -145,6 +145,14 @@ class Communicator : public StallListener {
   // (core/peer_buffers.h).
   Status registerBuffer(void* buff, size_t size, void** handle);
   Status deregisterBuffer(void* handle);
+  // ncclCommWindowRegister / ncclCommWindowDeregister (collective): the
+  // registry and the zero-copy map; on the GPU backend the window's device
+  // descriptor (core/lsa_space.h), which is what the user holds.
+  Status registerWindow(void* buff, size_t size, ncclWindow_t* win);
+  Status deregisterWindow(ncclWindow_t win);
+  // ncclDevCommCreate / ncclDevCommDestroy (GPU backend; collective).
+  Status devCommCreate(const ncclDevCommRequirements& reqs, ncclDevComm* out);
+  Status devCommDestroy(const ncclDevComm& devComm);
   // GPU backend, with ranks of this host in other processes: this rank's
   // registered-buffer table and its imports of the peers'; else null.
   PeerBuffers* peerBuffers() { return peerBuffers_.get(); }

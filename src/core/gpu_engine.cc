@@ -12,6 +12,7 @@
 #include "core/enqueue.h"
 #include "core/group.h"
 #include "core/host_coll.h"
+#include "core/lsa_space.h"
 #include "core/memory.h"
 #include "core/p2p.h"
 #include "core/redops.h"
@@ -131,6 +132,25 @@ class GpuEngineImpl final : public GpuEngine {
                    std::string* why) override;
   void unmapWindow(uint64_t number) override;
   void shareBuffer(const void* key, void* buff, size_t size) override;
+  Status deviceWindowCreate(void* buff, size_t size, void* host, ncclWindow_t* win) override {
+    BRAID_CHECK(useDevice());
+    return lsa().windowCreate(buff, size, host, win);
+  }
+  bool deviceWindowHost(ncclWindow_t win, void** host) const override {
+    return lsa_ != nullptr && lsa_->hostOf(win, host);
+  }
+  void deviceWindowDestroy(ncclWindow_t win) override {
+    if (lsa_ == nullptr || !useDevice().ok()) return;
+    lsa_->windowDestroy(win);
+  }
+  Status devCommCreate(const ncclDevCommRequirements& reqs, ncclDevComm* out) override {
+    BRAID_CHECK(useDevice());
+    return lsa().devCommCreate(reqs, out);
+  }
+  Status devCommDestroy(const ncclDevComm& devComm) override {
+    BRAID_CHECK(useDevice());
+    return lsa().devCommDestroy(devComm);
+  }
 
  private:
   // Maps what the ranks of this host's other processes registered since
@@ -251,6 +271,11 @@ class GpuEngineImpl final : public GpuEngine {
   std::vector<int> sharers_;
   std::map<uint64_t, std::vector<PeerAlloc>> windowOpens_;  // by window number
   std::map<uint64_t, GpuExport> windowExports_;             // this rank's, by window number
+  std::unique_ptr<LsaSpace> lsa_;  // the device API's windows and communicators, made on first use
+  LsaSpace& lsa() {
+    if (lsa_ == nullptr) lsa_ = std::make_unique<LsaSpace>(comm_, device_);
+    return *lsa_;
+  }
   // A group's collectives gathered for one launch (see GpuEngine::collective).
   device::DevCollLaunch gathered_;
   device::KernelKey gatheredKey_{};
@@ -395,6 +420,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   if (netWatch_ != 0) comm_->connectors().errorSink().stopCalling(netWatch_);
   if (comm_->abortFlag().load()) abort();
   (void)hipDeviceSynchronize();
+  lsa_.reset();
   channels_.clear();
   peerSendEnds_.clear();
   peerRecvEnds_.clear();

@@ -22,7 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "nccl.h"
 #include "tuning/tuning.h"
+
+struct ncclDevCommRequirements;
+struct ncclDevComm;
 
 namespace braid {
 
@@ -70,6 +74,17 @@ class GpuEngine {
   virtual void shareBuffer(const void* key, void* buff, size_t size) = 0;
   // Channels the selector may use for a GPU collective.
   virtual int maxChannels() const = 0;
+
+  // NCCL's device API (core/lsa_space.h). Collective: the device
+  // descriptor of window `buff`, which the user gets as its ncclWindow_t
+  // (`host`: the library's record of the window).
+  virtual Status deviceWindowCreate(void* buff, size_t size, void* host, ncclWindow_t* win) = 0;
+  // The library's record behind descriptor `win`; false if it is none of this communicator's.
+  virtual bool deviceWindowHost(ncclWindow_t win, void** host) const = 0;
+  virtual void deviceWindowDestroy(ncclWindow_t win) = 0;
+  // Collective: ncclDevCommCreate and ncclDevCommDestroy.
+  virtual Status devCommCreate(const ncclDevCommRequirements& reqs, ncclDevComm* out) = 0;
+  virtual Status devCommDestroy(const ncclDevComm& devComm) = 0;
 };
 
 }  // namespace braid

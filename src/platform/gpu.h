@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "platform/fd_lending.h"
@@ -79,4 +80,26 @@ constexpr int kGpuImportTimeoutMs = 5000;
 // must answer within `timeoutMs`. gpuUnimport unmaps it.
 Status gpuImport(const GpuExport& e, int timeoutMs, char** ptr);
 void gpuUnimport(const GpuExport& e, char* ptr);
+
+// Several virtual-memory allocations mapped side by side, each at a chosen
+// offset of one reserved range of the current GPU's address space (NCCL's
+// flat view of an LSA team's windows). A part is an allocation of this
+// process (`local`, its first address) or another process's export.
+struct GpuFlatPart {
+  const void* local = nullptr;
+  GpuExport exp;      // kDescriptor, where local is null
+  size_t bytes = 0;   // the allocation's size
+  size_t offset = 0;  // where it goes in the range (a multiple of the granularity)
+};
+struct GpuFlatRange {
+  char* base = nullptr;
+  size_t bytes = 0;
+  std::vector<std::pair<size_t, size_t>> mapped;  // offset and size of each part mapped
+};
+// The current GPU's virtual-memory granularity (mappings start and end on it).
+Status gpuVmmGranularity(size_t* granularity);
+// Reserves `bytes` (a multiple of the granularity) and maps every part;
+// all or nothing. Owners of descriptors must answer within `timeoutMs`.
+Status gpuFlatMap(const std::vector<GpuFlatPart>& parts, size_t bytes, int timeoutMs, GpuFlatRange* out);
+void gpuFlatUnmap(GpuFlatRange* range);
 }  // namespace braid

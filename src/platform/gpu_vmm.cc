@@ -380,6 +380,70 @@ void gpuUnimport(const GpuExport& e, char* ptr) {
   (void)hipGetLastError();
 }
 
+Status gpuVmmGranularity(size_t* granularity) {
+  int device = -1;
+  BRAID_CHECK(currentDevice(&device));
+  return vmmGranularity(deviceProp(device), granularity);
+}
+
+void gpuFlatUnmap(GpuFlatRange* range) {
+  if (range->base == nullptr) return;
+  for (const auto& [offset, bytes] : range->mapped) vmmUnmap(range->base + offset, bytes);
+  vmmFreeAddress(range->base, range->bytes);
+  (void)hipGetLastError();
+  *range = GpuFlatRange{};
+}
+
+Status gpuFlatMap(const std::vector<GpuFlatPart>& parts, size_t bytes, int timeoutMs, GpuFlatRange* out) {
+  *out = GpuFlatRange{};
+  int device = -1;
+  BRAID_CHECK(currentDevice(&device));
+  size_t granularity = 0;
+  BRAID_CHECK(vmmGranularity(deviceProp(device), &granularity));
+  void* p = nullptr;
+  BRAID_CHECK(
+      vmmReserve(bytes, granularity, &p).withContext(strCat("reserving ", bytes, " bytes of address space")));
+  GpuFlatRange range;
+  range.base = static_cast<char*>(p);
+  range.bytes = bytes;
+  for (const GpuFlatPart& part : parts) {
+    Status s;
+    if (part.offset % granularity != 0 || part.bytes % granularity != 0 || part.offset + part.bytes > bytes) {
+      s = invalidArgument("allocation of ", part.bytes, " bytes at offset ", part.offset, " of a ", bytes,
+                          "-byte range is not on the ", granularity, "-byte granularity or overruns it");
+    }
+    VmmHandle h{};
+    if (s.ok() && part.local != nullptr) {
+      s = vmmRetain(part.local, &h)
+              .withContext("an allocation of this process is no virtual-memory allocation");
+    } else if (s.ok()) {
+      int fd = -1;
+      s = part.exp.kind == GpuExport::kDescriptor
+              ? fdBorrow(part.exp.lent, timeoutMs, &fd)
+              : invalidArgument("a peer's allocation is no virtual-memory one");
+      if (s.ok()) {
+        s = vmmImportFd(fd, &h);
+        close(fd);
+      }
+    }
+    if (s.ok()) {
+      char* at = range.base + part.offset;
+      s = vmmMap(at, part.bytes, h);
+      vmmRelease(h);
+      if (s.ok()) {
+        range.mapped.emplace_back(part.offset, part.bytes);
+        s = vmmSetAccess(at, part.bytes, {readWrite(device)});
+      }
+    }
+    if (!s.ok()) {
+      gpuFlatUnmap(&range);
+      return s;
+    }
+  }
+  *out = std::move(range);
+  return okStatus();
+}
+
 Status gpuAllocationRange(const void* ptr, void** base, size_t* bytes) {
 #if defined(BRAID_GPU_CUDA)
   // The runtime has no such query.
@@ -412,6 +476,16 @@ Status gpuImport(const GpuExport&, int, char**) {
 void gpuUnimport(const GpuExport&, char*) {}
 Status gpuAllocationRange(const void*, void**, size_t*) {
   return invalidUsage("no GPU allocations: this is a host-only build of Braid");
+}
+Status gpuVmmGranularity(size_t*) {
+  return invalidUsage("no GPU virtual memory: this is a host-only build of Braid");
+}
+Status gpuFlatMap(const std::vector<GpuFlatPart>&, size_t, int, GpuFlatRange* out) {
+  *out = GpuFlatRange{};
+  return invalidUsage("no GPU virtual memory: this is a host-only build of Braid");
+}
+void gpuFlatUnmap(GpuFlatRange* range) {
+  *range = GpuFlatRange{};
 }
 
 #endif

@@ -11,7 +11,13 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 arch=${1:-90}
 nvidia-smi -L | tee "$out/gpus.txt"
 s=$(date +%s)
-cmake -S . -B build/device -G Ninja -DBRAID_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES="$arch" > "$out/configure.log" 2>&1 \
+# NCCL's own headers (PyTorch's NCCL package) for the ABI check and the
+# device-API program, where the CUDA toolkit has none.
+nccl_ref=()
+ref=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+if [ -n "$ref" ] && [ -f "$ref/include/nccl_device.h" ]; then nccl_ref=(-DBRAID_NCCL_REFERENCE_INCLUDE="$ref/include"); fi
+cmake -S . -B build/device -G Ninja -DBRAID_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES="$arch" "${nccl_ref[@]}" \
+  > "$out/configure.log" 2>&1 \
   || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build/device -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 echo "cuda flavor (sm_$arch) built in $(( $(date +%s) - s )) s"

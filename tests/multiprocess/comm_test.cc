@@ -16,28 +16,12 @@
 
 #include "bootstrap/root.h"
 #include "bootstrap/wire.h"
+#include "core/nccl_device_abi.h"
 #include "harness.h"
 #include "nccl.h"
 #include "platform/socket.h"
 #include "util/param.h"
 #include "util/strings.h"
-
-// NCCL 2.28's device-API host functions (NCCL's nccl_device/*.h, which
-// Braid does not ship).
-struct TeamAbi {  // ncclTeam
-  int nRanks, rank, stride;
-};
-extern "C" TeamAbi ncclTeamWorld(ncclComm_t comm);
-extern "C" TeamAbi ncclTeamLsa(ncclComm_t comm);
-extern "C" TeamAbi ncclTeamRail(ncclComm_t comm);
-extern "C" int ncclTeamRankToWorld(ncclComm_t comm, TeamAbi team, int rank);
-extern "C" int ncclTeamRankToLsa(ncclComm_t comm, TeamAbi team, int rank);
-extern "C" int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
-extern "C" ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void* outHandle, void* outReq);
-extern "C" ncclResult_t ncclLsaBarrierCreateRequirement(TeamAbi team, int nBarriers, void* outHandle,
-                                                        void* outReq);
-extern "C" ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, TeamAbi team, int nBarriers,
-                                                        void* outHandle, void* outReq);
 
 namespace braid::test {
 namespace {
@@ -156,7 +140,7 @@ TEST(Comm, SplitWithReversedKeysAndNoColor) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
-std::string teamText(const TeamAbi& t) {
+std::string teamText(const ncclTeam& t) {
   return strCat("{", t.nRanks, ", ", t.rank, ", ", t.stride, "}");
 }
 
@@ -165,7 +149,7 @@ std::string teamText(const TeamAbi& t) {
 // holds a block of consecutive ranks (0 1 | 2 3) and the rank alone when
 // the hosts interleave (0 2 | 1 3); the rail, one rank per load-store team;
 // and the translations of their members to world and load-store ranks. The
-// resource requirements are refused like ncclDevCommCreate; a bad
+// LSA barrier's requirement is sized for its team, GIN's is refused; a bad
 // communicator gives an empty team and a last error naming it.
 TEST(CommTeams, LoadStoreTeamIsTheHostsBlockOfRanks) {
   for (bool blocks : {true, false}) {
@@ -179,7 +163,7 @@ TEST(CommTeams, LoadStoreTeamIsTheHostsBlockOfRanks) {
           std::string err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "init");
           if (!err.empty()) return err;
           const int lsaSize = blocks ? 2 : 1, base = rank - rank % lsaSize;
-          const TeamAbi world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm), rail = ncclTeamRail(comm);
+          const ncclTeam world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm), rail = ncclTeamRail(comm);
           if (teamText(world) != teamText({nranks, rank, 1})) return "world team " + teamText(world);
           if (teamText(lsa) != teamText({lsaSize, rank % lsaSize, 1})) return "LSA team " + teamText(lsa);
           if (teamText(rail) != teamText({nranks / lsaSize, rank / lsaSize, lsaSize}))
@@ -194,14 +178,18 @@ TEST(CommTeams, LoadStoreTeamIsTheHostsBlockOfRanks) {
               return strCat("rail member ", i);
           }
           if (ncclTeamRankToLsa(comm, world, base) != 0) return "world rank of the LSA team's first member";
-          char handle[64], req[256];
-          if (ncclLsaBarrierCreateRequirement(lsa, 1, handle, req) != ncclInvalidUsage ||
-              std::string(ncclGetLastError(nullptr)).find("device API") == std::string::npos) {
+          ncclLsaBarrierHandle barrier{};
+          ncclDevResourceRequirements req{};
+          if (ncclLsaBarrierCreateRequirement(lsa, 1, &barrier, &req) != ncclSuccess ||
+              req.bufferSize != (3u + static_cast<size_t>(lsaSize)) * 4u || barrier.nBarriers != 1) {
             return "LSA barrier requirement: " + std::string(ncclGetLastError(nullptr));
           }
-          if (ncclGinBarrierCreateRequirement(comm, rail, 1, handle, req) != ncclInvalidUsage)
-            return "GIN barrier requirement";
-          if (ncclLLA2ACreateRequirement(1, ncclLLA2ACalcSlots(8, 12), handle, nullptr) !=
+          ncclGinBarrierHandle gin{};
+          if (ncclGinBarrierCreateRequirement(comm, rail, 1, &gin, &req) != ncclInvalidUsage ||
+              std::string(ncclGetLastError(nullptr)).find("GIN") == std::string::npos)
+            return "GIN barrier requirement: " + std::string(ncclGetLastError(nullptr));
+          ncclLLA2AHandle a2a{};
+          if (ncclLLA2ACreateRequirement(1, ncclLLA2ACalcSlots(8, 12), &a2a, nullptr) !=
                   ncclInvalidArgument ||
               std::string(ncclGetLastError(nullptr)).find("outReq") == std::string::npos) {
             return "LL all-to-all requirement without outReq: " + std::string(ncclGetLastError(nullptr));
@@ -212,7 +200,7 @@ TEST(CommTeams, LoadStoreTeamIsTheHostsBlockOfRanks) {
         60, kFastEnv);
     EXPECT_EQ(describeFailures(out), "") << (blocks ? "hosts hold blocks of ranks" : "hosts interleave");
   }
-  const TeamAbi none = ncclTeamWorld(nullptr);
+  const ncclTeam none = ncclTeamWorld(nullptr);
   EXPECT_EQ(teamText(none), teamText({0, 0, 1}));
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("comm"), std::string::npos)
       << ncclGetLastError(nullptr);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "braid.h"
+#include "core/nccl_device_abi.h"
 #include "nccl.h"
 #include "nccl_facts.h"
 
@@ -28,12 +29,19 @@ static_assert(NCCL_VERSION_CODE == 22809 && NCCL_VERSION(2, 28, 9) == 22809);
 static_assert(NCCL_VERSION(2, 8, 4) == 2804, "old version encoding below 2.9");
 static_assert(NCCL_CONFIG_MAGIC == 0xcafebeef);
 static_assert(NCCL_SPLIT_NOCOLOR == -1);
+// The device API's structures (nccl_device/impl/*__types.h).
+static_assert(sizeof(ncclWindow_vidmem) == 72 && offsetof(ncclWindow_vidmem, stride4G) == 24);
+static_assert(sizeof(ncclDevComm) == 200 && offsetof(ncclDevComm, resourceWindow_inlined) == 40);
+static_assert(offsetof(ncclDevComm, lsaBarrier) == 120 && offsetof(ncclDevComm, ginSignalShadows) == 192);
+static_assert(sizeof(ncclDevCommRequirements) == 56 && sizeof(ncclDevResourceRequirements) == 56);
+static_assert(sizeof(ncclDevCommWindowTable) == 32 * 24 + 8);
 
 namespace {
 
 [[maybe_unused]] std::map<std::string, long long> braidFacts() {
   std::map<std::string, long long> facts;
 #define BRAID_FACT(name, expr) facts[#name] = static_cast<long long>(expr);
+#include "nccl_device_facts.inc"
 #include "nccl_facts.inc"
 #undef BRAID_FACT
   return facts;

@@ -14,12 +14,9 @@
 #include <vector>
 
 #include "braid.h"
+#include "core/dev_resources.h"
+#include "core/nccl_device_abi.h"
 #include "nccl.h"
-
-// NCCL 2.28's device API (declared in NCCL's nccl_device/core.h, which Braid
-// does not ship); the structures are opaque to this test.
-extern "C" ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
-extern "C" ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm);
 
 namespace {
 
@@ -208,19 +205,140 @@ TEST(Api, BadInputTable) {
   }
 }
 
-TEST(Api, FeaturesNotBuiltSaySo) {
+// NCCL's device API: PyTorch links it; a host communicator has no device
+// to run user kernels on and says so.
+TEST(Api, DeviceApiNeedsTheGpuBackend) {
   ASSERT_NE(liveComm(), nullptr);
-  // The device API: PyTorch links it, Braid refuses it with a reason.
-  char reqs[64] = {}, devComm[256] = {};
-  EXPECT_EQ(ncclDevCommCreate(liveComm(), reqs, devComm), ncclInvalidUsage);
+  ncclDevCommRequirements reqs{};
+  ncclDevComm devComm{};
+  EXPECT_EQ(ncclDevCommCreate(liveComm(), &reqs, &devComm), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("device API"), std::string::npos);
-  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("not available"), std::string::npos);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("GPU backend"), std::string::npos);
   // The communicator keeps its own last error too.
   EXPECT_NE(std::string(ncclGetLastError(liveComm())).find("ncclDevCommCreate"), std::string::npos);
-  EXPECT_EQ(ncclDevCommCreate(liveComm(), nullptr, devComm), ncclInvalidArgument);
-  EXPECT_EQ(ncclDevCommCreate(nullptr, reqs, devComm), ncclInvalidArgument);
-  EXPECT_EQ(ncclDevCommDestroy(liveComm(), devComm), ncclInvalidUsage);
+  EXPECT_EQ(ncclDevCommCreate(liveComm(), nullptr, &devComm), ncclInvalidArgument);
+  EXPECT_EQ(ncclDevCommCreate(liveComm(), &reqs, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclDevCommCreate(nullptr, &reqs, &devComm), ncclInvalidArgument);
+  EXPECT_EQ(ncclDevCommDestroy(liveComm(), &devComm), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("devComm"), std::string::npos);
   EXPECT_EQ(ncclDevCommDestroy(liveComm(), nullptr), ncclInvalidArgument);
+}
+
+// The resource window's layout, as ncclDevCommCreate computes it before
+// allocating: LSA barriers first, then each buffer on its alignment (at
+// least 128 bytes), handles in 128-byte units.
+TEST(DevResources, LaysOutBarriersThenBuffersOnTheirAlignment) {
+  ncclLsaBarrierHandle barrier{};
+  ncclDevResourceRequirements barrierReq{};
+  ASSERT_EQ(ncclLsaBarrierCreateRequirement(ncclTeam{4, 1, 1}, 3, &barrier, &barrierReq), ncclSuccess);
+  EXPECT_EQ(barrier.nBarriers, 3);
+  EXPECT_EQ(barrierReq.bufferSize, (3u + 4u) * 3u * 4u);
+  EXPECT_EQ(barrierReq.outBufferHandle, &barrier.bufHandle);
+  ncclLLA2AHandle a2a{};
+  ncclDevResourceRequirements a2aReq{};
+  ASSERT_EQ(ncclLLA2ACreateRequirement(2, ncclLLA2ACalcSlots(8, 12), &a2a, &a2aReq), ncclSuccess);
+  EXPECT_EQ(a2a.nSlots, 16u);
+  EXPECT_EQ(a2aReq.bufferSize, 2u * (1u + 2u * 16u) * 16u);
+  ncclDevResourceHandle user = 77;
+  ncclDevResourceRequirements userReq{};
+  userReq.bufferSize = 1000;
+  userReq.bufferAlign = 4096;
+  userReq.outBufferHandle = &user;
+  barrierReq.next = &a2aReq;
+  a2aReq.next = &userReq;
+
+  ncclDevCommRequirements reqs{};
+  reqs.lsaBarrierCount = 2;
+  reqs.resourceRequirementsList = &barrierReq;
+  braid::DevResourceLayout layout;
+  ASSERT_TRUE(braid::layoutDevResources(reqs, 8, 4, &layout).ok());
+  EXPECT_EQ(layout.lsaBarriers, 2);
+  // The communicator's barriers (7 x 2 words), then 84 bytes of the
+  // user's barriers at 128, 1056 of the LL all-to-all at 256, 1000 at 4096.
+  ASSERT_EQ(layout.handles.size(), 3u);
+  EXPECT_EQ(layout.handles[0].first, &barrier.bufHandle);
+  EXPECT_EQ(layout.handles[0].second, 1u);
+  EXPECT_EQ(layout.handles[1].first, &a2a.bufHandle);
+  EXPECT_EQ(layout.handles[1].second, 2u);
+  EXPECT_EQ(layout.handles[2].first, &user);
+  EXPECT_EQ(layout.handles[2].second, 4096u / 128u);
+  EXPECT_EQ(layout.bytes, 4096u + 1024u);
+  EXPECT_EQ(user, 77u) << "handles are written by ncclDevCommCreate, not by the layout";
+
+  ncclDevCommRequirements none{};
+  ASSERT_TRUE(braid::layoutDevResources(none, 2, 2, &layout).ok());
+  EXPECT_EQ(layout.bytes, 128u);
+  EXPECT_TRUE(layout.handles.empty());
+}
+
+// What Braid does not provide, and nonsense, is refused naming the field.
+TEST(DevResources, RefusesGinMultimemAndBadCounts) {
+  struct Case {
+    const char* name;
+    std::function<void(ncclDevCommRequirements*)> set;
+    ncclResult_t code;
+    const char* mentions;
+  };
+  static ncclDevResourceRequirements cyclic{}, odd{}, ginBuffer{};
+  static ncclTeamRequirements multimemTeam{};
+  const Case cases[] = {
+      {"multimem", [](ncclDevCommRequirements* r) { r->lsaMultimem = true; }, ncclInvalidUsage,
+       "lsaMultimem"},
+      {"GIN forced", [](ncclDevCommRequirements* r) { r->ginForceEnable = true; }, ncclInvalidUsage, "GIN"},
+      {"GIN barriers", [](ncclDevCommRequirements* r) { r->railGinBarrierCount = 1; }, ncclInvalidUsage,
+       "railGinBarrierCount"},
+      {"GIN signals", [](ncclDevCommRequirements* r) { r->ginSignalCount = 4; }, ncclInvalidUsage,
+       "ginSignalCount"},
+      {"world barriers", [](ncclDevCommRequirements* r) { r->barrierCount = 1; }, ncclInvalidUsage,
+       "lsaBarrierCount"},
+      {"negative barriers", [](ncclDevCommRequirements* r) { r->lsaBarrierCount = -1; }, ncclInvalidArgument,
+       "lsaBarrierCount"},
+      {"cyclic list",
+       [](ncclDevCommRequirements* r) {
+         cyclic.next = &cyclic;
+         r->resourceRequirementsList = &cyclic;
+       },
+       ncclInvalidArgument, "cyclic"},
+      {"alignment not a power of two",
+       [](ncclDevCommRequirements* r) {
+         odd = ncclDevResourceRequirements{};
+         odd.bufferSize = 8;
+         odd.bufferAlign = 384;
+         r->resourceRequirementsList = &odd;
+       },
+       ncclInvalidArgument, "bufferAlign"},
+      {"GIN counters in a buffer",
+       [](ncclDevCommRequirements* r) {
+         ginBuffer = ncclDevResourceRequirements{};
+         ginBuffer.ginCounterCount = 2;
+         r->resourceRequirementsList = &ginBuffer;
+       },
+       ncclInvalidUsage, "GIN"},
+      {"multimem team",
+       [](ncclDevCommRequirements* r) {
+         multimemTeam = ncclTeamRequirements{};
+         multimemTeam.multimem = true;
+         r->teamRequirementsList = &multimemTeam;
+       },
+       ncclInvalidUsage, "multimem"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ncclDevCommRequirements reqs{};
+    c.set(&reqs);
+    braid::DevResourceLayout layout;
+    braid::Status s = braid::layoutDevResources(reqs, 2, 2, &layout);
+    EXPECT_EQ(s.code(), c.code);
+    EXPECT_NE(s.message().find(c.mentions), std::string::npos) << s.message();
+  }
+  ncclLsaBarrierHandle h{};
+  ncclDevResourceRequirements r{};
+  EXPECT_EQ(ncclLsaBarrierCreateRequirement(ncclTeam{2, 0, 1}, -1, &h, &r), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("nBarriers"), std::string::npos);
+  EXPECT_EQ(ncclLsaBarrierCreateRequirement(ncclTeam{2, 0, 1}, 1, nullptr, &r), ncclInvalidArgument);
+  ncclLLA2AHandle a{};
+  EXPECT_EQ(ncclLLA2ACreateRequirement(1, -3, &a, &r), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("nSlots"), std::string::npos);
 }
 
 // ncclCommRegister on a host communicator: handles are checked, a foreign,
