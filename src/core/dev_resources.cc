@@ -30,8 +30,7 @@ size_t lsaBarrierBytes(int teamRanks, int nBarriers) {
   return (3 + static_cast<size_t>(teamRanks)) * static_cast<size_t>(nBarriers) * sizeof(uint32_t);
 }
 
-Status layoutDevResources(const ncclDevCommRequirements& reqs, int nranks, int lsaSize,
-                          DevResourceLayout* out) {
+Status layoutDevResources(const ncclDevCommRequirements& reqs, int lsaSize, DevResourceLayout* out) {
   *out = DevResourceLayout{};
   BRAID_CHECK(checkCount(reqs.barrierCount, "barrierCount"));
   BRAID_CHECK(checkCount(reqs.lsaBarrierCount, "lsaBarrierCount"));
@@ -55,8 +54,7 @@ Status layoutDevResources(const ncclDevCommRequirements& reqs, int nranks, int l
     // barrier across the rail; the LSA part alone is lsaBarrierCount.
     return invalidUsage("ncclDevCommRequirements.barrierCount (", reqs.barrierCount,
                         ") asks for world barriers, which join LSA barriers with GPU-initiated networking "
-                        "(GIN) that Braid does not provide; use lsaBarrierCount and ncclLsaBarrierSession",
-                        nranks > lsaSize ? "" : " (every rank here is in one LSA team)");
+                        "(GIN) that Braid does not provide; use lsaBarrierCount and ncclLsaBarrierSession");
   }
   size_t n = 0;
   for (const ncclTeamRequirements* t = reqs.teamRequirementsList; t != nullptr; t = t->next) {
@@ -68,6 +66,9 @@ Status layoutDevResources(const ncclDevCommRequirements& reqs, int nranks, int l
       return invalidUsage("a team requirement asks for multimem (NVLink multicast), which Braid never uses");
     }
   }
+  // lsaLLA2ABlockCount and lsaLLA2ASlotCount allocate nothing: 2.28's
+  // ncclDevComm has no handle a kernel could reach such a buffer through
+  // (LL all-to-alls come from ncclLLA2ACreateRequirement).
   out->lsaBarriers = reqs.lsaBarrierCount;
   size_t offset = lsaBarrierBytes(lsaSize, reqs.lsaBarrierCount);
   std::set<const ncclDevResourceRequirements*> seen;

@@ -25,11 +25,10 @@ struct DevResourceLayout {
   std::vector<std::pair<ncclDevResourceHandle*, ncclDevResourceHandle>> handles;
 };
 
-// Checks `reqs` and lays out its resources for a communicator of `nranks`
-// ranks whose LSA team has `lsaSize`. What Braid does not provide (GIN,
+// Checks `reqs` and lays out its resources for a communicator whose LSA
+// team has `lsaSize` ranks. What Braid does not provide (GIN,
 // multimem) is an ncclInvalidUsage naming the field.
-Status layoutDevResources(const ncclDevCommRequirements& reqs, int nranks, int lsaSize,
-                          DevResourceLayout* out);
+Status layoutDevResources(const ncclDevCommRequirements& reqs, int lsaSize, DevResourceLayout* out);
 
 // Bytes of `nBarriers` LSA barriers of a team of `teamRanks`.
 size_t lsaBarrierBytes(int teamRanks, int nBarriers);

@@ -258,7 +258,7 @@ Status LsaSpace::list(const Window& w, ncclWindow_t win, int* slot) {
 Status LsaSpace::devCommCreate(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
   const int n = comm_->nranks(), me = comm_->rank(), team = comm_->lsaSize();
   DevResourceLayout layout;
-  const Status valid = layoutDevResources(reqs, n, team, &layout);
+  const Status valid = layoutDevResources(reqs, team, &layout);
   // Every rank learns whether the others' requirements were accepted and
   // agree, so a bad one fails every rank instead of leaving them waiting.
   struct Agreement {

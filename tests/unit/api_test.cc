@@ -251,7 +251,7 @@ TEST(DevResources, LaysOutBarriersThenBuffersOnTheirAlignment) {
   reqs.lsaBarrierCount = 2;
   reqs.resourceRequirementsList = &barrierReq;
   braid::DevResourceLayout layout;
-  ASSERT_TRUE(braid::layoutDevResources(reqs, 8, 4, &layout).ok());
+  ASSERT_TRUE(braid::layoutDevResources(reqs, 4, &layout).ok());
   EXPECT_EQ(layout.lsaBarriers, 2);
   // The communicator's barriers (7 x 2 words), then 84 bytes of the
   // user's barriers at 128, 1056 of the LL all-to-all at 256, 1000 at 4096.
@@ -266,7 +266,7 @@ TEST(DevResources, LaysOutBarriersThenBuffersOnTheirAlignment) {
   EXPECT_EQ(user, 77u) << "handles are written by ncclDevCommCreate, not by the layout";
 
   ncclDevCommRequirements none{};
-  ASSERT_TRUE(braid::layoutDevResources(none, 2, 2, &layout).ok());
+  ASSERT_TRUE(braid::layoutDevResources(none, 2, &layout).ok());
   EXPECT_EQ(layout.bytes, 128u);
   EXPECT_TRUE(layout.handles.empty());
 }
@@ -327,7 +327,7 @@ TEST(DevResources, RefusesGinMultimemAndBadCounts) {
     ncclDevCommRequirements reqs{};
     c.set(&reqs);
     braid::DevResourceLayout layout;
-    braid::Status s = braid::layoutDevResources(reqs, 2, 2, &layout);
+    braid::Status s = braid::layoutDevResources(reqs, 2, &layout);
     EXPECT_EQ(s.code(), c.code);
     EXPECT_NE(s.message().find(c.mentions), std::string::npos) << s.message();
   }
