@@ -1,7 +1,8 @@
 // NCCL's device API from user kernels built against NCCL 2.28's own headers
 // (nccl.h, nccl_device.h) and run on Braid's library, as PyTorch's
-// symmetric-memory kernels are: two ranks in two processes (one GPU each,
-// or both on the one GPU there is) register an ncclMemAlloc window, create
+// symmetric-memory kernels are: two ranks in two processes, or with
+// --threads two threads of one process (ncclCommInitAll), one GPU each or
+// both on the one GPU there is, register an ncclMemAlloc window, create
 // a device communicator with LSA barriers, a resource buffer and an LL
 // all-to-all, and run kernels that
 //   - write every peer's window through ncclGetLsaPointer between LSA
@@ -20,11 +21,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef BRAID_NCCL_H
@@ -121,12 +125,31 @@ __global__ void extras(ncclDevComm dc, ncclDevResourceHandle userBuf, ncclLLA2AH
     if (e_ != cudaSuccess) FAIL("%s: %s", #call, cudaGetErrorString(e_)); \
   } while (0)
 
-int runRank(int rank, const ncclUniqueId& id) {
-  int ndev = 0;
-  CUDACHECK(cudaGetDeviceCount(&ndev));
-  CUDACHECK(cudaSetDevice(rank % ndev));
-  ncclComm_t comm = nullptr;
-  NCCLCHECK(ncclCommInitRank(&comm, kRanks, id, rank));
+// Both ranks' threads meet here (one-process mode): a thread must not
+// block on the GPU (allocations, copies) while the other's kernel waits
+// for a kernel it has yet to launch.
+class Rendezvous {
+ public:
+  void meet() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int generation = generation_;
+    if (++arrived_ == kRanks) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0, generation_ = 0;
+};
+
+// Everything one rank does on its initialized communicator, on its GPU.
+int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   cudaStream_t stream;
   CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
@@ -164,6 +187,10 @@ int runRank(int rank, const ncclUniqueId& id) {
   unsigned* errors = nullptr;
   CUDACHECK(cudaMalloc(&errors, sizeof(unsigned)));
   CUDACHECK(cudaMemsetAsync(errors, 0, sizeof(unsigned), stream));
+  float* result = nullptr;
+  CUDACHECK(cudaMalloc(&result, kCount * sizeof(float)));
+  CUDACHECK(cudaStreamSynchronize(stream));
+  if (together != nullptr) together->meet();
   for (int round = 0; round < kRounds; ++round)
     putAndCheck<<<kBlocks, kThreads, 0, stream>>>(win, dc, round, errors);
   CUDACHECK(cudaGetLastError());
@@ -174,8 +201,6 @@ int runRank(int rank, const ncclUniqueId& id) {
 
   std::vector<float> in(kCount), out(kCount);
   for (size_t i = 0; i < kCount; ++i) in[i] = input(rank, i);
-  float* result = nullptr;
-  CUDACHECK(cudaMalloc(&result, kCount * sizeof(float)));
   CUDACHECK(cudaMemcpyAsync(static_cast<char*>(buf) + putBytes, in.data(), kCount * sizeof(float),
                             cudaMemcpyHostToDevice, stream));
   allReduce<<<kBlocks, kThreads, 0, stream>>>(win, putBytes, result, dc);
@@ -195,16 +220,20 @@ int runRank(int rank, const ncclUniqueId& id) {
   CUDACHECK(cudaStreamSynchronize(stream));
   if (bad != 0)
     FAIL("ncclFindWindow (x1000), resource buffers (x100) or the LL all-to-all (x10) went wrong: %u", bad);
+  if (together != nullptr) together->meet();  // both ranks' kernels are done
 
-  // The library's collectives still run on the window.
-  float* sums = static_cast<float*>(buf) + putBytes / sizeof(float);
-  NCCLCHECK(ncclAllReduce(sums, sums, kCount, ncclFloat, ncclSum, comm, stream));
-  CUDACHECK(cudaMemcpyAsync(out.data(), sums, kCount * sizeof(float), cudaMemcpyDeviceToHost, stream));
-  CUDACHECK(cudaStreamSynchronize(stream));
-  for (size_t i = 0; i < kCount; i += 4099) {
-    float want = 0;
-    for (int r = 0; r < kRanks; ++r) want += input(r, i);
-    if (out[i] != want) FAIL("ncclAllReduce on the window: element %zu is %g, not %g", i, out[i], want);
+  // The library's collectives still run on the window (ranks that are
+  // threads drive collectives from one thread: tests/gpu's GpuWindows).
+  if (together == nullptr) {
+    float* sums = static_cast<float*>(buf) + putBytes / sizeof(float);
+    NCCLCHECK(ncclAllReduce(sums, sums, kCount, ncclFloat, ncclSum, comm, stream));
+    CUDACHECK(cudaMemcpyAsync(out.data(), sums, kCount * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDACHECK(cudaStreamSynchronize(stream));
+    for (size_t i = 0; i < kCount; i += 4099) {
+      float want = 0;
+      for (int r = 0; r < kRanks; ++r) want += input(r, i);
+      if (out[i] != want) FAIL("ncclAllReduce on the window: element %zu is %g, not %g", i, out[i], want);
+    }
   }
 
   // A window of the runtime's allocator: fine for collectives, no flat view.
@@ -234,21 +263,66 @@ int runRank(int rank, const ncclUniqueId& id) {
   CUDACHECK(cudaStreamDestroy(stream));
   NCCLCHECK(ncclCommDestroy(comm));
   std::printf(
-      "rank %d: device API: %d rounds of LSA puts, all-reduce of %zu floats, resource buffers, "
+      "rank %d%s: device API: %d rounds of LSA puts, all-reduce of %zu floats, resource buffers, "
       "ncclFindWindow and the LL all-to-all all correct\n",
-      rank, kRounds, kCount);
+      rank, together != nullptr ? " (thread)" : " (process)", kRounds, kCount);
+  return 0;
+}
+
+int runProcess(int rank, const ncclUniqueId& id) {
+  int ndev = 0;
+  CUDACHECK(cudaGetDeviceCount(&ndev));
+  CUDACHECK(cudaSetDevice(rank % ndev));
+  ncclComm_t comm = nullptr;
+  NCCLCHECK(ncclCommInitRank(&comm, kRanks, id, rank));
+  return runRank(rank, comm, nullptr);
+}
+
+// ncclCommInitAll: the ranks are threads of this process, each on its GPU
+// (GPU i % count): their windows are mapped from this process's allocations.
+int runThreads() {
+  int rank = -1, ndev = 0;
+  CUDACHECK(cudaGetDeviceCount(&ndev));
+  if (ndev == 0) return 77;
+  int devs[kRanks];
+  for (int r = 0; r < kRanks; ++r) devs[r] = r % ndev;
+  ncclComm_t comms[kRanks];
+  NCCLCHECK(ncclCommInitAll(comms, kRanks, devs));
+  Rendezvous together;
+  int rc[kRanks] = {};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      int rank = r;
+      cudaError_t e = cudaSetDevice(devs[r]);
+      if (e != cudaSuccess) {
+        std::fprintf(stderr, "rank %d: cudaSetDevice: %s\n", rank, cudaGetErrorString(e));
+        rc[r] = 1;
+        return;
+      }
+      rc[r] = runRank(r, comms[r], &together);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r)
+    if (rc[r] != 0) return rc[r];
   return 0;
 }
 
 }  // namespace
 
-int main() {
+// No argument: one process per rank. --threads: one process, a thread per rank.
+int main(int argc, char** argv) {
   if (dlsym(RTLD_DEFAULT, "braidGetVersion") == nullptr) {
     std::fprintf(stderr, "not running on Braid's libnccl (braidGetVersion missing)\n");
     return 1;
   }
   // Where there is one GPU both ranks use it (Braid refuses that by default, as NCCL does).
   setenv("BRAID_SHARE_GPU", "1", 0);
+  if (argc > 1 && std::strcmp(argv[1], "--threads") == 0) {
+    alarm(120);  // a hang fails the test
+    return runThreads();
+  }
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) {
     std::fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(nullptr));
@@ -262,7 +336,7 @@ int main() {
       int ndev = 0;
       if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) _exit(77);
       std::fflush(stdout);
-      int rc = runRank(rank, id);
+      int rc = runProcess(rank, id);
       std::fflush(stdout);
       std::fflush(stderr);
       _exit(rc);
