@@ -5,7 +5,8 @@ include(CMakePackageConfigHelpers)
 install(TARGETS braid braid_nccl EXPORT BraidTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(FILES ${PROJECT_BINARY_DIR}/include/nccl.h ${PROJECT_SOURCE_DIR}/include/braid.h
+install(FILES ${PROJECT_BINARY_DIR}/include/nccl.h ${PROJECT_SOURCE_DIR}/include/nccl_device.h
+              ${PROJECT_SOURCE_DIR}/include/braid.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(BRAID_BUILD_TOOLS)
   install(TARGETS braid-info RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

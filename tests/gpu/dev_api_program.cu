@@ -1,5 +1,5 @@
 // NCCL's device API from user kernels built against NCCL 2.28's own headers
-// (nccl.h, nccl_device.h) and run on Braid's library, as PyTorch's
+// (nccl.h, nccl_device.h), or against Braid's, and run on Braid's library, as PyTorch's
 // symmetric-memory kernels are: two ranks in two processes, or with
 // --threads two threads of one process (ncclCommInitAll), one GPU each or
 // both on the one GPU there is, register an ncclMemAlloc window, create
@@ -9,7 +9,9 @@
 //     barriers, and check what the peers wrote into their own (rounds);
 //   - all-reduce by reading every peer's window directly;
 //   - find the window from a pointer (ncclFindWindow), exchange words
-//     through the resource buffers and through ncclLLA2ASession.
+//     through the resource buffers and through ncclLLA2ASession;
+//   - sync one warp's barrier, write peers through ncclSymPtr by world
+//     rank, broadcast within a warp and within some of its lanes.
 // Then: a window of cudaMalloc memory has a descriptor without a flat view,
 // bad requirements and double destroys are refused, and everything is
 // released. Exits 0 when all holds, 77 (skip) without a GPU.
@@ -31,8 +33,10 @@
 #include <thread>
 #include <vector>
 
-#ifdef BRAID_NCCL_H
-#error "this program must see NCCL's headers, not Braid's"
+// Built twice: against NCCL's headers (the drop-in case) and, with
+// BRAID_HEADERS defined, against Braid's own nccl.h and nccl_device.h.
+#if defined(BRAID_NCCL_H) != defined(BRAID_HEADERS)
+#error "this build of the program must see the other library's headers"
 #endif
 
 namespace {
@@ -107,6 +111,29 @@ __global__ void extras(ncclDevComm dc, ncclDevResourceHandle userBuf, ncclLLA2AH
   s.endEpoch(ncclCoopCta());
 }
 
+// A warp's worth of the rest: a barrier of one warp, symmetric pointers to
+// world ranks, broadcasts within a warp and within some of its lanes.
+__global__ void warps(ncclWindow_t win, ncclDevComm dc, int round, unsigned* errors) {
+  if (threadIdx.x >= 32) return;
+  ncclCoopWarp warp;
+  const int me = dc.lsaRank, n = dc.lsaSize, lane = threadIdx.x;
+  const ncclSymPtr<uint64_t> base(win, 0);
+  ncclLsaBarrierSession<ncclCoopWarp> bar{warp, dc, ncclTeamTagLsa(), kBlocks + 1};
+  bar.sync(warp, cuda::memory_order_relaxed);
+  for (int p = 0; p < n; ++p)
+    *(base + (me * 32 + lane)).peerPtr(ncclTeamRankToWorld(dc, ncclTeamLsa(dc), p)) = word(round, me, lane);
+  bar.sync(warp, cuda::memory_order_acq_rel);
+  for (int r = 0; r < n; ++r)
+    if (*(base + (r * 32 + lane)).localPtr() != word(round, r, lane)) atomicAdd(errors, 1u);
+  if (ncclCoopBcast(warp, uint64_t(lane == 5 ? 777 + round : lane), 5) != uint64_t(777 + round))
+    atomicAdd(errors, 10u);
+  if (lane >= 8 && lane < 16) {
+    const ncclCoopLanes some(0x0000ff00u);
+    if (some.thread_rank() != lane - 8 || some.size() != 8) atomicAdd(errors, 100u);
+    if (ncclCoopBcast(some, lane * 3, 2) != 30) atomicAdd(errors, 100u);
+  }
+}
+
 #define FAIL(...)                                           \
   do {                                                      \
     std::fprintf(stderr, "rank %d: ", rank);                \
@@ -174,12 +201,12 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   NCCLCHECK(ncclLLA2ACreateRequirement(1, ncclLLA2ACalcSlots(kRanks, sizeof(uint64_t)), &a2a, &a2aReq));
   userReq.next = &a2aReq;
   ncclDevCommRequirements reqs{};
-  reqs.lsaBarrierCount = kBlocks + 1;
+  reqs.lsaBarrierCount = kBlocks + 2;
   reqs.resourceRequirementsList = &userReq;
   ncclDevComm dc{};
   NCCLCHECK(ncclDevCommCreate(comm, &reqs, &dc));
   if (dc.rank != rank || dc.nRanks != kRanks || dc.lsaSize != kRanks || dc.lsaRank != rank ||
-      dc.lsaBarrier.nBarriers != kBlocks + 1 || dc.resourceWindow == nullptr || userBuf == 0)
+      dc.lsaBarrier.nBarriers != kBlocks + 2 || dc.resourceWindow == nullptr || userBuf == 0)
     FAIL("device communicator: rank %d of %d, LSA %d of %d, %d barriers, user buffer at handle %u", dc.rank,
          dc.nRanks, dc.lsaRank, dc.lsaSize, dc.lsaBarrier.nBarriers, userBuf);
   if (ncclTeamLsa(comm).nRanks != kRanks) FAIL("host ncclTeamLsa has %d ranks", ncclTeamLsa(comm).nRanks);
@@ -220,6 +247,12 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   CUDACHECK(cudaStreamSynchronize(stream));
   if (bad != 0)
     FAIL("ncclFindWindow (x1000), resource buffers (x100) or the LL all-to-all (x10) went wrong: %u", bad);
+  for (int round = 0; round < kRounds; ++round) warps<<<1, 64, 0, stream>>>(win, dc, round, errors);
+  CUDACHECK(cudaGetLastError());
+  CUDACHECK(cudaMemcpyAsync(&bad, errors, sizeof(bad), cudaMemcpyDeviceToHost, stream));
+  CUDACHECK(cudaStreamSynchronize(stream));
+  if (bad != 0)
+    FAIL("a warp's barrier and symmetric pointers (x1) or broadcasts (x10, x100) went wrong: %u", bad);
   if (together != nullptr) together->meet();  // both ranks' kernels are done
 
   // The library's collectives still run on the window (ranks that are
@@ -264,7 +297,7 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   NCCLCHECK(ncclCommDestroy(comm));
   std::printf(
       "rank %d%s: device API: %d rounds of LSA puts, all-reduce of %zu floats, resource buffers, "
-      "ncclFindWindow and the LL all-to-all all correct\n",
+      "ncclFindWindow, the LL all-to-all, warp barriers, symmetric pointers and broadcasts all correct\n",
       rank, together != nullptr ? " (thread)" : " (process)", kRounds, kCount);
   return 0;
 }

@@ -271,6 +271,54 @@ TEST(DevResources, LaysOutBarriersThenBuffersOnTheirAlignment) {
   EXPECT_TRUE(layout.handles.empty());
 }
 
+// The team arithmetic of nccl_device.h (host and device alike) against
+// the definition: team t holds world ranks me + (i - t.rank) * t.stride
+// for i in [0, t.nRanks), where me is this rank's world rank.
+TEST(DevTeams, ArithmeticMatchesTheDefinition) {
+  const int me = 13;
+  auto world = [&](ncclTeam t, int i) { return me + (i - t.rank) * t.stride; };
+  auto indexOf = [&](ncclTeam t, int w) {
+    for (int i = 0; i < t.nRanks; ++i)
+      if (world(t, i) == w) return i;
+    return -1;
+  };
+  // A world of 24 ranks as LSA teams of 4: this rank's LSA team, rail, and
+  // factors of them.
+  const ncclTeam worldTeam{24, me, 1}, lsa{4, me % 4, 1};
+  const ncclTeam rail = ncclTeamOuterFactor(worldTeam, 4);
+  EXPECT_EQ(rail.nRanks, 6);
+  EXPECT_EQ(rail.rank, me / 4);
+  EXPECT_EQ(rail.stride, 4);
+  const ncclTeam inner = ncclTeamInnerFactor(worldTeam, 4);
+  EXPECT_EQ(inner.nRanks, 4);
+  EXPECT_EQ(inner.rank, me % 4);
+  const ncclTeam teams[] = {worldTeam, lsa, rail, inner, ncclTeamOuterFactor(rail, 2), ncclTeamInnerFactor(rail, 3)};
+  for (const ncclTeam& a : teams) {
+    for (const ncclTeam& b : teams) {
+      std::vector<int> difference;  // b's members not in a, in b's order
+      for (int i = 0; i < b.nRanks; ++i) {
+        const int inA = indexOf(a, world(b, i));
+        EXPECT_EQ(ncclTeamRankIsMember(a, b, i), inA >= 0) << i;
+        if (inA >= 0) EXPECT_EQ(ncclTeamRankToTeam(a, b, i), inA) << i;
+        if (inA < 0) difference.push_back(i);
+      }
+      for (size_t k = 0; k < difference.size(); ++k)
+        EXPECT_EQ(ncclTeamRankInDifference(b, a, static_cast<int>(k)), difference[k]) << k;
+      EXPECT_EQ(ncclTeamRankInDifference(b, a, static_cast<int>(difference.size())), -1);
+    }
+  }
+  ncclDevComm dc{};
+  dc.rank = me;
+  dc.nRanks = 24;
+  dc.lsaRank = me % 4;
+  dc.lsaSize = 4;
+  EXPECT_EQ(ncclTeamRail(dc).nRanks, rail.nRanks);
+  EXPECT_EQ(ncclTeamRail(dc).rank, rail.rank);
+  EXPECT_EQ(ncclTeamRankToWorld(dc, rail, 0), me % 4);
+  EXPECT_EQ(ncclTeamRankToLsa(dc, ncclTeamLsa(dc), 3), 3);
+  EXPECT_EQ(ncclGetResourceBufferOffset(3), 384u);
+}
+
 // What Braid does not provide, and nonsense, is refused naming the field.
 TEST(DevResources, RefusesGinMultimemAndBadCounts) {
   struct Case {
