@@ -568,7 +568,9 @@ struct ncclLsaBarrierSession {
    and current. An element of more than 8 bytes takes a slot per 8 bytes,
    maxElts apart. Every rank must send to and receive from every peer in
    an epoch before ending it (endEpoch), which keeps the ranks within one
-   epoch of each other. */
+   epoch of each other. Epochs are 32-bit and count on across kernels:
+   this implementation does not handle their wrapping, after 2^32 - 2
+   epochs of one block (NCCL's clears the slots there). */
 template <typename Coop>
 struct ncclLLA2ASession {
   BRAID_DEV_DEVICE ncclLLA2ASession(Coop coop, ncclDevComm const& comm, ncclTeam team, ncclLLA2AHandle handle,
