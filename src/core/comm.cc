@@ -1,7 +1,6 @@
 #include "core/comm.h"
 
 #include <sched.h>
-
 #include <strings.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <unordered_set>
 
 #include "bootstrap/root.h"
+#include "core/group.h"
 #include "platform/gpu.h"
 #include "topology/probe/probe.h"
 #include "topology/topology.h"
@@ -207,6 +207,14 @@ Status Communicator::deregisterBuffer(void* handle) {
 }
 
 Status Communicator::registerWindow(void* buff, size_t size, ncclWindow_t* win) {
+  if (groupDepth() > 0) {  // collective: one thread may register for every rank it drives
+    groupDeferTask(this, [this, buff, size, win] { return registerWindowNow(buff, size, win); });
+    return okStatus();
+  }
+  return registerWindowNow(buff, size, win);
+}
+
+Status Communicator::registerWindowNow(void* buff, size_t size, ncclWindow_t* win) {
   void* handle = nullptr;
   BRAID_CHECK(buffers_->add(buff, size, &handle, BufferRegistry::Kind::Window));
   Status s = windows_->add(*this, handle, buff, size);

@@ -147,7 +147,8 @@ class Communicator : public StallListener {
   Status deregisterBuffer(void* handle);
   // ncclCommWindowRegister / ncclCommWindowDeregister (collective): the
   // registry and the zero-copy map; on the GPU backend the window's device
-  // descriptor (core/lsa_space.h), which is what the user holds.
+  // descriptor (core/lsa_space.h), which is what the user holds. Inside a
+  // group the registration runs at ncclGroupEnd, which fills *win.
   Status registerWindow(void* buff, size_t size, ncclWindow_t* win);
   Status deregisterWindow(ncclWindow_t win);
   // ncclDevCommCreate / ncclDevCommDestroy (GPU backend; collective).
@@ -273,6 +274,7 @@ class Communicator : public StallListener {
 
  private:
   Status exchangePeerInfo();
+  Status registerWindowNow(void* buff, size_t size, ncclWindow_t* win);
 
   int rank_, nranks_, device_;
   Backend backend_ = Backend::Host;

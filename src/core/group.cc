@@ -1,5 +1,6 @@
 #include "core/group.h"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -16,9 +17,10 @@ namespace {
 
 struct Deferred {
   Communicator* comm;
-  DeferredCollective collective;  // null for a send or receive
+  DeferredCollective collective;  // null for a send or receive, and for a task
   CollArgs args;
   P2pOp p2p;
+  std::function<Status()> task;  // a blocking call (groupDeferTask)
 };
 
 BoolParam paramGroupFuse("GROUP_FUSE", true,
@@ -83,6 +85,18 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
   size_t i = *next;
   for (; i < items.size() && !stopped; ++i) {
     const Deferred* d = items[i];
+    if (d->task) {
+      flush(i);
+      if (stopped) break;
+      if (tlsNoBlock) {  // it blocks: the rest runs on this communicator's own thread
+        stopped = true;
+        *next = i;
+        break;
+      }
+      Status s = d->task();
+      if (first.ok() && !s.ok()) first = s;
+      continue;
+    }
     if (!d->collective) {
       if (batch.empty()) batchStart = i;
       batch.push_back(d->p2p);
@@ -117,10 +131,13 @@ bool isGroupWouldBlock(const Status& s) { return s.code() == ncclInProgress && s
 void groupDeferInit(Communicator* comm, bool blocking) { tlsInits.push_back({comm->outcome(), blocking}); }
 
 void groupDefer(Communicator* comm, const CollArgs& args, DeferredCollective run) {
-  ops().push_back({comm, run, args, P2pOp{}});
+  ops().push_back({comm, run, args, P2pOp{}, {}});
 }
 void groupDeferP2p(Communicator* comm, const P2pOp& op) {
-  ops().push_back({comm, nullptr, CollArgs{}, op});
+  ops().push_back({comm, nullptr, CollArgs{}, op, {}});
+}
+void groupDeferTask(Communicator* comm, std::function<Status()> task) {
+  ops().push_back({comm, nullptr, CollArgs{}, P2pOp{}, std::move(task)});
 }
 
 Status groupStart() {

@@ -9,6 +9,8 @@
 // an End without a Start is ncclInvalidUsage. The state is thread-local.
 #pragma once
 
+#include <functional>
+
 #include "util/status.h"
 
 namespace braid {
@@ -36,6 +38,12 @@ void groupDeferInit(Communicator* comm, bool blocking);
 using DeferredCollective = Status (*)(Communicator* comm, const CollArgs& args);
 void groupDefer(Communicator* comm, const CollArgs& args, DeferredCollective run);
 void groupDeferP2p(Communicator* comm, const P2pOp& op);
+// Inside a group: a blocking collective call of `comm` other than an
+// operation (ncclCommWindowRegister), run at the outermost ncclGroupEnd in
+// call order with the communicator's operations, on the communicator's own
+// thread when the group spans several (its peers may be this thread's
+// other communicators). Its failure is ncclGroupEnd's.
+void groupDeferTask(Communicator* comm, std::function<Status()> task);
 
 // One thread drives several GPU communicators at ncclGroupEnd: their
 // launches never block, so they run on the calling thread in order, with

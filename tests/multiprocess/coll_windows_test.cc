@@ -116,6 +116,70 @@ TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// One thread registers every rank's windows (two each) inside a group, as
+// NCCL allows: the handles are filled at ncclGroupEnd, every window is
+// zero-copy, and a grouped all-reduce on them is right.
+TEST(CollWindowsGroup, OneThreadRegistersEveryRanksWindowsInAGroup) {
+  const ScopedTempDir dir("braid-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string& logDir = dir.path();
+  auto out = runRanks(
+      1,
+      [&](int, int) -> std::string {
+        const int n = 3;
+        const size_t count = 1u << 16;
+        std::vector<ncclComm_t> comms(n);
+        std::string err = check(ncclCommInitAll(comms.data(), n, nullptr), "ncclCommInitAll");
+        if (!err.empty()) return err;
+        std::vector<std::vector<float>> data(n, std::vector<float>(2 * count)),
+            spare(n, std::vector<float>(count));
+        std::vector<ncclWindow_t> wins(n), spareWins(n);
+        err = check(ncclGroupStart(), "group start");
+        for (int r = 0; r < n && err.empty(); ++r) {
+          err = check(ncclCommWindowRegister(comms[r], data[r].data(), 2 * count * sizeof(float), &wins[r],
+                                             NCCL_WIN_DEFAULT),
+                      "register");
+          err += check(ncclCommWindowRegister(comms[r], spare[r].data(), count * sizeof(float), &spareWins[r],
+                                              NCCL_WIN_DEFAULT),
+                       "register the spare");
+          if (wins[r] != nullptr) err += "a handle was filled before ncclGroupEnd";
+        }
+        err += check(ncclGroupEnd(), "group end");
+        for (int r = 0; r < n && err.empty(); ++r) {
+          if (wins[r] == nullptr || spareWins[r] == nullptr)
+            err = strCat("rank ", r, "'s window handles are null");
+        }
+        if (!err.empty()) return err;
+        for (int r = 0; r < n; ++r) {
+          for (size_t i = 0; i < count; ++i) data[r][i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+        }
+        err = check(ncclGroupStart(), "group start");
+        for (int r = 0; r < n; ++r) {
+          err += check(ncclAllReduce(data[r].data(), data[r].data() + count, count, ncclFloat, ncclSum,
+                                     comms[r], nullptr),
+                       "all-reduce");
+        }
+        err += check(ncclGroupEnd(), "group end");
+        for (int r = 0; r < n && err.empty(); ++r) {
+          for (size_t i = 0; i < count && err.empty(); ++i) {
+            const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+            if (data[r][count + i] != want)
+              err = strCat("rank ", r, " element ", i, ": ", data[r][count + i]);
+          }
+        }
+        for (int r = 0; r < n; ++r) {
+          err += check(ncclCommWindowDeregister(comms[r], wins[r]), "deregister");
+          err += check(ncclCommWindowDeregister(comms[r], spareWins[r]), "deregister the spare");
+          err += check(ncclCommDestroy(comms[r]), "destroy");
+        }
+        if (err.empty() && logLines(logDir, {"zero-copy, mapped from all"}) != 2 * n)
+          err = "a window was not zero-copy";
+        return err;
+      },
+      120, windowEnv(logDir));
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 // One rank passes buffers outside its windows: the others wait for it in
 // vain and fail within the stall timeout, naming it; nobody hangs.
 TEST(CollWindowsFaults, RanksThatDisagreeAboutWindowsFail) {
