@@ -2,7 +2,9 @@
  * A plain C99 program using the NCCL API as an NCCL user would. Built against
  * Braid's libnccl.so.2 (c_api_program) and against NVIDIA's libnccl.so
  * (dropin_program, then run with Braid's libnccl.so.2 on LD_LIBRARY_PATH).
- * With --expect-braid it also checks that the library it got is Braid.
+ * With --expect-braid it also checks that the library it got is Braid. The
+ * device API's header (nccl_device.h) is included too: its structures and
+ * host functions are plain C.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "nccl.h"
+#include "nccl_device.h"
 
 static int failures = 0;
 #define EXPECT(cond)                                              \
@@ -44,6 +47,16 @@ int main(int argc, char** argv) {
 
   EXPECT(ncclGroupStart() == ncclSuccess);
   EXPECT(ncclGroupEnd() == ncclSuccess);
+
+  /* The device API's host side: requirements for LSA barriers, teams. */
+  ncclTeam_t team = {2, 0, 1};
+  ncclLsaBarrierHandle_t barrier;
+  ncclDevResourceRequirements_t req;
+  EXPECT(ncclLsaBarrierCreateRequirement(team, 2, &barrier, &req) == ncclSuccess);
+  EXPECT(req.bufferSize == (3 + 2) * 2 * 4 && barrier.nBarriers == 2);
+  EXPECT(req.outBufferHandle == &barrier.bufHandle);
+  EXPECT(sizeof(ncclDevComm_t) == 200 && sizeof(struct ncclWindow_vidmem) == 72);
+  EXPECT(ncclTeamWorld(NULL).nRanks == 0);
 
   void* braidVersion = dlsym(RTLD_DEFAULT, "braidGetVersion");
   if (expectBraid) {
