@@ -20,10 +20,6 @@ Status noGin(const char* field) {
                       " asks for GPU-initiated networking (GIN), which Braid does not provide; its device "
                       "communicators reach the LSA team (this node's GPUs) only");
 }
-
-size_t roundUp(size_t x, size_t a) {
-  return (x + a - 1) / a * a;
-}
 }  // namespace
 
 size_t lsaBarrierBytes(int teamRanks, int nBarriers) {

@@ -30,6 +30,11 @@ struct DevResourceLayout {
 // multimem) is an ncclInvalidUsage naming the field.
 Status layoutDevResources(const ncclDevCommRequirements& reqs, int lsaSize, DevResourceLayout* out);
 
+// `x` rounded up to a multiple of `a`.
+inline size_t roundUp(size_t x, size_t a) {
+  return (x + a - 1) / a * a;
+}
+
 // Bytes of `nBarriers` LSA barriers of a team of `teamRanks`.
 size_t lsaBarrierBytes(int teamRanks, int nBarriers);
 

@@ -25,10 +25,6 @@ struct TeamRecord {
   int32_t mappable = 0;
   int32_t ok = 0;  // second round: mapped everything
 };
-
-size_t roundUp(size_t x, size_t a) {
-  return (x + a - 1) / a * a;
-}
 }  // namespace
 
 LsaSpace::~LsaSpace() {
@@ -212,18 +208,25 @@ void LsaSpace::windowDestroy(ncclWindow_t win) {
   windows_.erase(it);
 }
 
-Status LsaSpace::ensureTable() {
-  if (!tables_.empty()) return okStatus();
+// A cleared block of the window table, chained after the last one.
+Status LsaSpace::addTableBlock() {
   void* p = nullptr;
   BRAID_CHECK(gpuCheck(hipMalloc(&p, sizeof(ncclDevCommWindowTable)), "allocating the window table"));
+  auto* block = static_cast<ncclDevCommWindowTable*>(p);
   Status s = upload(p, nullptr, sizeof(ncclDevCommWindowTable), "clearing the window table");
+  if (s.ok() && !tables_.empty())
+    s = upload(&tables_.back()->next, &block, sizeof(block), "chaining the window table");
   if (!s.ok()) {
     (void)hipFree(p);
     return s;
   }
-  tables_.push_back(static_cast<ncclDevCommWindowTable*>(p));
-  slotUsed_.assign(kTableEntries, false);
+  tables_.push_back(block);
+  slotUsed_.resize(slotUsed_.size() + kTableEntries, false);
   return okStatus();
+}
+
+Status LsaSpace::ensureTable() {
+  return tables_.empty() ? addTableBlock() : okStatus();
 }
 
 Status LsaSpace::writeSlot(int slot, const ncclDevCommWindowTable::Entry& e) {
@@ -234,18 +237,8 @@ Status LsaSpace::writeSlot(int slot, const ncclDevCommWindowTable::Entry& e) {
 Status LsaSpace::list(const Window& w, ncclWindow_t win, int* slot) {
   BRAID_CHECK(ensureTable());
   auto free = std::find(slotUsed_.begin(), slotUsed_.end(), false);
-  if (free == slotUsed_.end()) {  // a block more, chained after the last
-    void* p = nullptr;
-    BRAID_CHECK(gpuCheck(hipMalloc(&p, sizeof(ncclDevCommWindowTable)), "growing the window table"));
-    Status s = upload(p, nullptr, sizeof(ncclDevCommWindowTable), "clearing the window table");
-    auto* block = static_cast<ncclDevCommWindowTable*>(p);
-    if (s.ok()) s = upload(&tables_.back()->next, &block, sizeof(block), "chaining the window table");
-    if (!s.ok()) {
-      (void)hipFree(p);
-      return s;
-    }
-    tables_.push_back(block);
-    slotUsed_.resize(slotUsed_.size() + kTableEntries, false);
+  if (free == slotUsed_.end()) {
+    BRAID_CHECK(addTableBlock());
     free = std::find(slotUsed_.begin(), slotUsed_.end(), false);
   }
   const int i = static_cast<int>(free - slotUsed_.begin());

@@ -78,6 +78,7 @@ class LsaSpace {
   Status list(const Window& w, ncclWindow_t win, int* slot);
   Status writeSlot(int slot, const ncclDevCommWindowTable::Entry& e);
   Status ensureTable();
+  Status addTableBlock();
 
   Communicator* comm_;
   int device_;
