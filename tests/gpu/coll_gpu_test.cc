@@ -40,6 +40,7 @@
 #include "core/comm.h"
 #include "gpu_sweep_memory.h"
 #include "harness.h"
+#include "nccl_device.h"
 #include "platform/gpu.h"
 #include "platform/gpu_runtime.h"
 #include "util/strings.h"
@@ -1257,6 +1258,100 @@ TEST(GpuWindows, SweepOnAWindowRunsEveryOperatorZeroCopy) {
                           err = "the window was not zero-copy";
                         return err.empty() ? ranZeroCopy(logDir) : err;
                       }),
+            "");
+}
+
+// One thread registers every rank's windows (two each, ncclMemAlloc
+// memory) inside a group, as NCCL allows and as a single-process framework
+// driving several GPUs does: the handles are filled at ncclGroupEnd, each is
+// a device descriptor with the LSA team's flat view, every window is mapped
+// for zero-copy, and a grouped all-reduce on them is exact.
+TEST(GpuWindowsGroup, OneThreadRegistersEveryRanksWindows) {
+  BRAID_NEED_A_GPU(g);
+  const ScopedTempDir dir("braid-gpu-windows-");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string logDir = dir.path();
+  std::vector<std::string> env = windowLogEnv(logDir);
+  env.push_back("BRAID_GPU_ZERO_COPY_MAX_BYTES=16M");
+  auto work = [&](const std::vector<ncclComm_t>& comms, std::vector<std::unique_ptr<GpuMemory>>& mems) {
+    const int n = static_cast<int>(comms.size());
+    const size_t count = (1u << 20) + 3;
+    std::vector<void*> data(n, nullptr), spare(n, nullptr);
+    std::vector<ncclWindow_t> wins(n, nullptr), spareWins(n, nullptr);
+    std::string err;
+    for (int r = 0; r < n && err.empty(); ++r) {
+      err = hipCheck(hipSetDevice(mems[r]->device()), "hipSetDevice");
+      if (err.empty()) err = check(ncclMemAlloc(&data[r], 2 * count * sizeof(float)), "ncclMemAlloc");
+      if (err.empty()) err = check(ncclMemAlloc(&spare[r], count * sizeof(float)), "ncclMemAlloc (spare)");
+    }
+    if (err.empty()) {
+      err = check(ncclGroupStart(), "group start");
+      for (int r = 0; r < n && err.empty(); ++r) {
+        err = check(ncclCommWindowRegister(comms[r], data[r], 2 * count * sizeof(float), &wins[r],
+                                           NCCL_WIN_COLL_SYMMETRIC),
+                    "register");
+        err += check(ncclCommWindowRegister(comms[r], spare[r], count * sizeof(float), &spareWins[r],
+                                            NCCL_WIN_COLL_SYMMETRIC),
+                     "register the spare");
+        if (wins[r] != nullptr || spareWins[r] != nullptr) err += "a handle was filled before ncclGroupEnd";
+      }
+      err += check(ncclGroupEnd(), "group end");
+    }
+    for (int r = 0; r < n && err.empty(); ++r) {
+      if (wins[r] == nullptr || spareWins[r] == nullptr) {
+        err = strCat("rank ", r, "'s window handles are null");
+        break;
+      }
+      ncclWindow_vidmem desc{};
+      err = hipCheck(hipSetDevice(mems[r]->device()), "hipSetDevice");
+      if (err.empty())
+        err = hipCheck(hipMemcpy(&desc, wins[r], sizeof(desc), hipMemcpyDeviceToHost), "reading a window");
+      if (err.empty() && (desc.lsaFlatBase == nullptr || desc.lsaRank != r))
+        err = strCat("rank ", r, "'s window descriptor: flat base ", static_cast<void*>(desc.lsaFlatBase),
+                     ", LSA rank ", desc.lsaRank);
+    }
+    std::vector<float> h(count);
+    for (int r = 0; r < n && err.empty(); ++r) {
+      for (size_t i = 0; i < count; ++i) h[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+      err = hipCheck(hipSetDevice(mems[r]->device()), "hipSetDevice");
+      if (err.empty())
+        err = hipCheck(hipMemcpy(data[r], h.data(), count * sizeof(float), hipMemcpyHostToDevice), "upload");
+    }
+    if (err.empty()) {
+      err = check(ncclGroupStart(), "group start");
+      for (int r = 0; r < n; ++r) {
+        float* in = static_cast<float*>(data[r]);
+        err += check(ncclAllReduce(in, in + count, count, ncclFloat, ncclSum, comms[r], mems[r]->stream()),
+                     "all-reduce");
+      }
+      err += check(ncclGroupEnd(), "group end");
+    }
+    for (int r = 0; r < n && err.empty(); ++r) {
+      err = mems[r]->synchronize(comms[r]);
+      if (err.empty())
+        err = hipCheck(hipMemcpy(h.data(), static_cast<float*>(data[r]) + count, count * sizeof(float),
+                                 hipMemcpyDeviceToHost),
+                       "download");
+      for (size_t i = 0; i < count && err.empty(); ++i) {
+        const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+        if (h[i] != want)
+          err = strCat("rank ", r, " element ", i, ": ", h[i], " where ", want, " was expected");
+      }
+    }
+    if (!err.empty()) return err;  // the windows go with the aborted communicators
+    for (int r = 0; r < n; ++r) {
+      err += check(ncclCommWindowDeregister(comms[r], wins[r]), "deregister");
+      err += check(ncclCommWindowDeregister(comms[r], spareWins[r]), "deregister the spare");
+      err += check(ncclMemFree(data[r]), "ncclMemFree") + check(ncclMemFree(spare[r]), "ncclMemFree (spare)");
+    }
+    if (err.empty() && logLines(logDir, {"zero-copy, mapped from all"}) != 2 * n)
+      err = "a window was not mapped for zero-copy";
+    if (err.empty() && logLines(logDir, {"ncclAllReduce", "Direct/Simple zero-copy,"}) != n)
+      err = "the grouped all-reduce did not run zero-copy";
+    return err;
+  };
+  EXPECT_EQ(inOneChild(
+                g, [&] { return withRanksInProcess(g, work); }, kQuickTimeoutSec, env),
             "");
 }
 
