@@ -568,9 +568,14 @@ struct ncclLsaBarrierSession {
    and current. An element of more than 8 bytes takes a slot per 8 bytes,
    maxElts apart. Every rank must send to and receive from every peer in
    an epoch before ending it (endEpoch), which keeps the ranks within one
-   epoch of each other. Epochs are 32-bit and count on across kernels:
-   this implementation does not handle their wrapping, after 2^32 - 2
-   epochs of one block (NCCL's clears the slots there). */
+   epoch of each other. Epochs are 32-bit and count on across kernels,
+   from 1; none is ever 0, the value of a cleared slot. At the wrap a slot
+   could still hold the epoch of 2^32 epochs ago and pass for current, so
+   the last two epochs before it each clear their half of the rank's own
+   inbox once every peer has written it and it has been read (no peer
+   writes that half again before this rank's next epoch, whose sends come
+   after the clear), and the count goes on at 2, keeping the halves'
+   alternation. */
 template <typename Coop>
 struct ncclLLA2ASession {
   BRAID_DEV_DEVICE ncclLLA2ASession(Coop coop, ncclDevComm const& comm, ncclTeam team, ncclLLA2AHandle handle,
@@ -622,7 +627,14 @@ struct ncclLLA2ASession {
   }
   BRAID_DEV_DEVICE void endEpoch(Coop) {
     coop_.sync();
-    ++epoch_;
+    if (epoch_ >= kLastEpoch - 1) {
+      uint4* mine = slots(team_.rank);
+      for (int i = coop_.thread_rank(); i < int(handle_.nSlots); i += coop_.size())
+        asm volatile("st.volatile.v4.u32 [%0], {%1, %1, %1, %1};" ::"l"(mine + i), "r"(0u) : "memory");
+      __threadfence_system();  // cleared before this rank's next sends, which let peers write here again
+      coop_.sync();
+    }
+    epoch_ = epoch_ == kLastEpoch ? 2u : epoch_ + 1;
   }
 
  private:
@@ -638,6 +650,8 @@ struct ncclLLA2ASession {
            size_t(block_) * (1 + 2 * size_t(handle_.nSlots));
   }
   BRAID_DEV_DEVICE uint4* slots(int rank) const { return lines(rank) + 1 + (epoch_ & 1) * handle_.nSlots; }
+
+  static constexpr uint32_t kLastEpoch = 0xffffffffu;
 
   Coop coop_;
   ncclDevComm const& comm_;

@@ -111,6 +111,28 @@ __global__ void extras(ncclDevComm dc, ncclDevResourceHandle userBuf, ncclLLA2AH
   s.endEpoch(ncclCoopCta());
 }
 
+#ifdef BRAID_HEADERS
+// Braid's LL all-to-all across its 32-bit epoch wrap (its layout, from
+// nccl_device.h: per block a header line holding the last epoch ended,
+// then a half of slots for even epochs and one for odd): the next epoch
+// becomes 2^32 - 2, and every slot of this rank's inbox holds a stale
+// packet of epoch 2 (even half) or 3 (odd half), as it could 2^32 epochs
+// after those were written, which the epochs after the wrap must not take
+// for the peers' packets.
+constexpr uint32_t kStaleData = 0xdeadbeefu;
+__global__ void nearEpochWrap(ncclDevComm dc, ncclLLA2AHandle a2a) {
+  uint4* lines = static_cast<uint4*>(ncclGetResourceBufferLocalPointer(dc, a2a.bufHandle));
+  for (uint32_t i = threadIdx.x; i < 2 * a2a.nSlots; i += blockDim.x) {
+    const uint32_t epoch = i < a2a.nSlots ? 2 : 3;
+    lines[1 + i] = make_uint4(kStaleData, epoch, kStaleData, epoch);
+  }
+  if (threadIdx.x == 0) lines[0].x = 0xfffffffdu;
+}
+__global__ void lastEpoch(ncclDevComm dc, ncclLLA2AHandle a2a, uint32_t* out) {
+  *out = static_cast<const uint4*>(ncclGetResourceBufferLocalPointer(dc, a2a.bufHandle))->x;
+}
+#endif
+
 // A warp's worth of the rest: a barrier of one warp, symmetric pointers to
 // world ranks, broadcasts within a warp and within some of its lanes.
 __global__ void warps(ncclWindow_t win, ncclDevComm dc, int round, unsigned* errors) {
@@ -216,6 +238,8 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   CUDACHECK(cudaMemsetAsync(errors, 0, sizeof(unsigned), stream));
   float* result = nullptr;
   CUDACHECK(cudaMalloc(&result, kCount * sizeof(float)));
+  uint32_t* last = nullptr;  // allocated here: a thread must not allocate while kernels wait for each other
+  CUDACHECK(cudaMalloc(&last, sizeof(uint32_t)));
   CUDACHECK(cudaStreamSynchronize(stream));
   if (together != nullptr) together->meet();
   for (int round = 0; round < kRounds; ++round)
@@ -247,6 +271,28 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   CUDACHECK(cudaStreamSynchronize(stream));
   if (bad != 0)
     FAIL("ncclFindWindow (x1000), resource buffers (x100) or the LL all-to-all (x10) went wrong: %u", bad);
+#ifdef BRAID_HEADERS
+  // Across the epoch wrap: 2^32 - 2, 2^32 - 1, then 2 and 3. Ranks in
+  // processes only: ranks that are threads of one process share its CUDA
+  // context, where the first launch of a kernel (lazy loading) may wait for
+  // the context to go idle while the other rank's kernel spins waiting for
+  // this one, and the runs of this program on one GPU hung that way
+  // (docs/gpu.md, "NCCL's device API").
+  if (together == nullptr) {
+    nearEpochWrap<<<1, 64, 0, stream>>>(dc, a2a);
+    for (int round = kRounds; round < kRounds + 4; ++round)
+      extras<<<1, 64, 0, stream>>>(dc, userBuf, a2a, static_cast<char*>(buf) + 4096, win, round, errors);
+    lastEpoch<<<1, 1, 0, stream>>>(dc, a2a, last);
+    CUDACHECK(cudaGetLastError());
+    uint32_t ended = 0;
+    CUDACHECK(cudaMemcpyAsync(&bad, errors, sizeof(bad), cudaMemcpyDeviceToHost, stream));
+    CUDACHECK(cudaMemcpyAsync(&ended, last, sizeof(ended), cudaMemcpyDeviceToHost, stream));
+    CUDACHECK(cudaStreamSynchronize(stream));
+    if (bad != 0)
+      FAIL("across the LL epoch wrap, ncclLLA2ASession went wrong: %u (x10: a stale packet taken)", bad);
+    if (ended != 3) FAIL("after the LL epoch wrap the last epoch ended is %u, not 3", ended);
+  }
+#endif
   for (int round = 0; round < kRounds; ++round) warps<<<1, 64, 0, stream>>>(win, dc, round, errors);
   CUDACHECK(cudaGetLastError());
   CUDACHECK(cudaMemcpyAsync(&bad, errors, sizeof(bad), cudaMemcpyDeviceToHost, stream));
@@ -293,6 +339,7 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   NCCLCHECK(ncclMemFree(buf));
   CUDACHECK(cudaFree(result));
   CUDACHECK(cudaFree(errors));
+  CUDACHECK(cudaFree(last));
   CUDACHECK(cudaStreamDestroy(stream));
   NCCLCHECK(ncclCommDestroy(comm));
   std::printf(
