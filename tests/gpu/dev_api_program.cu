@@ -89,8 +89,11 @@ __global__ void allReduce(ncclWindow_t win, size_t inOffset, float* out, ncclDev
   bar.sync(ncclCoopCta(), cuda::memory_order_relaxed);  // nobody overwrites an input still read
 }
 
+// The LL all-to-all's packets go to slots slotBase + sender (of 2 * ranks);
+// rank `lagRank` sends only after about a millisecond, so the other ranks
+// look at its slots before it has written them.
 __global__ void extras(ncclDevComm dc, ncclDevResourceHandle userBuf, ncclLLA2AHandle a2a, const void* inside,
-                       ncclWindow_t expect, int round, unsigned* errors) {
+                       ncclWindow_t expect, int round, unsigned* errors, int slotBase = 0, int lagRank = -1) {
   const int me = dc.lsaRank, n = dc.lsaSize;
   if (threadIdx.x == 0 && ncclFindWindow(ncclCoopThread(), dc, inside) != expect) atomicAdd(errors, 1000u);
   {
@@ -104,9 +107,14 @@ __global__ void extras(ncclDevComm dc, ncclDevResourceHandle userBuf, ncclLLA2AH
                                dc, userBuf))[threadIdx.x] != word(round, threadIdx.x, me))
       atomicAdd(errors, 100u);
   }
-  ncclLLA2ASession<ncclCoopCta> s{ncclCoopCta(), dc, ncclTeamLsa(dc), a2a, 0, n};
-  if (threadIdx.x < n) s.send(threadIdx.x, me, word(round + 7, me, threadIdx.x));
-  if (threadIdx.x < n && s.recv<uint64_t>(threadIdx.x) != word(round + 7, threadIdx.x, me))
+  ncclLLA2ASession<ncclCoopCta> s{ncclCoopCta(), dc, ncclTeamLsa(dc), a2a, 0, 2 * n};
+  if (me == lagRank) {
+    const long long start = clock64();
+    while (clock64() - start < 2000000) {
+    }
+  }
+  if (threadIdx.x < n) s.send(threadIdx.x, slotBase + me, word(round + 7, me, threadIdx.x));
+  if (threadIdx.x < n && s.recv<uint64_t>(slotBase + threadIdx.x) != word(round + 7, threadIdx.x, me))
     atomicAdd(errors, 10u);
   s.endEpoch(ncclCoopCta());
 }
@@ -220,7 +228,7 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   userReq.outBufferHandle = &userBuf;
   ncclLLA2AHandle a2a{};
   ncclDevResourceRequirements a2aReq{};
-  NCCLCHECK(ncclLLA2ACreateRequirement(1, ncclLLA2ACalcSlots(kRanks, sizeof(uint64_t)), &a2a, &a2aReq));
+  NCCLCHECK(ncclLLA2ACreateRequirement(1, ncclLLA2ACalcSlots(2 * kRanks, sizeof(uint64_t)), &a2a, &a2aReq));
   userReq.next = &a2aReq;
   ncclDevCommRequirements reqs{};
   reqs.lsaBarrierCount = kBlocks + 2;
@@ -272,16 +280,17 @@ int runRank(int rank, ncclComm_t comm, Rendezvous* together) {
   if (bad != 0)
     FAIL("ncclFindWindow (x1000), resource buffers (x100) or the LL all-to-all (x10) went wrong: %u", bad);
 #ifdef BRAID_HEADERS
-  // Across the epoch wrap: 2^32 - 2, 2^32 - 1, then 2 and 3. Ranks in
-  // processes only: ranks that are threads of one process share its CUDA
-  // context, where the first launch of a kernel (lazy loading) may wait for
-  // the context to go idle while the other rank's kernel spins waiting for
-  // this one, and the runs of this program on one GPU hung that way
-  // (docs/gpu.md, "NCCL's device API").
-  if (together == nullptr) {
+  // Across the epoch wrap: 2^32 - 2 and 2^32 - 1 on the first half of
+  // the slots, then 2 and 3 on the second half, whose stale packets no
+  // epoch has overwritten; rank 1 sends those late, so rank 0 reads its
+  // slots first and would take the stale packets had the wrap not cleared them.
+  {
     nearEpochWrap<<<1, 64, 0, stream>>>(dc, a2a);
-    for (int round = kRounds; round < kRounds + 4; ++round)
-      extras<<<1, 64, 0, stream>>>(dc, userBuf, a2a, static_cast<char*>(buf) + 4096, win, round, errors);
+    for (int round = kRounds; round < kRounds + 4; ++round) {
+      const bool wrapped = round >= kRounds + 2;
+      extras<<<1, 64, 0, stream>>>(dc, userBuf, a2a, static_cast<char*>(buf) + 4096, win, round, errors,
+                                   wrapped ? kRanks : 0, wrapped ? 1 : -1);
+    }
     lastEpoch<<<1, 1, 0, stream>>>(dc, a2a, last);
     CUDACHECK(cudaGetLastError());
     uint32_t ended = 0;
@@ -367,6 +376,22 @@ int runThreads() {
   for (int r = 0; r < kRanks; ++r) devs[r] = r % ndev;
   ncclComm_t comms[kRanks];
   NCCLCHECK(ncclCommInitAll(comms, kRanks, devs));
+  // Every kernel loaded before any runs: the ranks share a CUDA context per
+  // GPU, where a kernel's first launch under lazy loading (the default) may
+  // wait for the context to go idle, which it never does while the other
+  // rank's kernel spins waiting for this one (docs/gpu.md, "NCCL's device API").
+  for (int r = 0; r < kRanks && r < ndev; ++r) {
+    CUDACHECK(cudaSetDevice(devs[r]));
+    cudaFuncAttributes attr;
+    CUDACHECK(cudaFuncGetAttributes(&attr, putAndCheck));
+    CUDACHECK(cudaFuncGetAttributes(&attr, allReduce));
+    CUDACHECK(cudaFuncGetAttributes(&attr, extras));
+    CUDACHECK(cudaFuncGetAttributes(&attr, warps));
+#ifdef BRAID_HEADERS
+    CUDACHECK(cudaFuncGetAttributes(&attr, nearEpochWrap));
+    CUDACHECK(cudaFuncGetAttributes(&attr, lastEpoch));
+#endif
+  }
   Rendezvous together;
   int rc[kRanks] = {};
   std::vector<std::thread> threads;
