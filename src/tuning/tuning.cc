@@ -199,16 +199,7 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
       if (in.gpu) {
         *steps = 1, *bytes = (n - 1) * b;  // n-1 peers written at once, each through its own link
       } else {
-        // With 2 ranks, a ring's bytes, so that on one channel the one-shot
-        // runs at every size (the ring keeps sizes that give it more). One
-        // channel, 2026-12-04: on the 2-core CI VM the one-shot beat the ring
-        // from 32 KiB to 128 MiB (128 KiB 10.8 against 26 us, 2 MiB 138
-        // against 307, 128 MiB 14.9 against 18.0 ms); on the device machine's
-        // 16-core Xeon, a core per rank, it won from 32 to 512 KiB (128 KiB
-        // 19 against 22-26 us), tied from 2 to 8 MiB and lost from 32 MiB
-        // (3.2-4.0 against 4.1-4.5 GB/s at 128 MiB, where the ring's outputs
-        // stream and the one-shot's, slower so on the VM, do not).
-        *steps = 1 + 0.15 * (n - 1), *bytes = (n == 2 ? 1.0 : 1.3) * (n - 1) * b;
+        *steps = 1 + 0.15 * (n - 1), *bytes = 1.3 * (n - 1) * b;
       }
       return true;
     case Algo::TwoShot:

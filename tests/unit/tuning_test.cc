@@ -88,20 +88,6 @@ TEST(Selector, SmallAllReduceIsDirectLargeIsRingSimple) {
   }
 }
 
-// Two ranks on one channel each (a core per rank: the CI machine, or
-// mpirun's binding): the one-shot at every size, since it moves a ring's
-// bytes in one exchange; the ring only where it gets more channels.
-TEST(Selector, TwoRanksOnOneChannelTakeTheOneShotAtEverySize) {
-  for (size_t bytes : {size_t(8), size_t(32) << 10, size_t(1) << 20, size_t(128) << 20}) {
-    const TuneChoice c = selectAlgorithm(input(CollType::AllReduce, bytes, 2));
-    EXPECT_EQ(c.algo, Algo::Direct) << bytes;
-    EXPECT_EQ(c.nChannels, 1) << bytes;
-  }
-  EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 128 << 20, 2, 1, 8)).algo, Algo::Ring);
-  EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 128 << 10, 2, 1, 8)).algo, Algo::Direct);
-  EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 1 << 20, 3)).algo, Algo::Ring);  // 3 ranks: as before
-}
-
 // Medium host all-reduces of 3 to 8 ranks on one node take the two-shot
 // (a ring's bytes in two exchanges); never with 2 ranks (it is the ring
 // there), across nodes, for other collectives, or for the GPU operators
