@@ -173,19 +173,14 @@ class HostPrims {
     for (int k = 0; k < nout; ++k) {
       if ((out[k] = acquireSend(s0 + k)) == nullptr) return;
     }
-    // Reduce into one destination, then copy to the others; but two inputs
-    // reduced into the user's buffer and one slot (a ring's
-    // recvReduceCopySend) are written in one vectorized pass: 2 ranks at 2-8
-    // MiB 10% faster on the CI machine. (A first, scalar version of that loop
-    // ran 5x slower than reduce-then-copy and was dropped in November.)
+    // Reduce into one destination, then copy to the others. Not one pass
+    // storing to the user's buffer and the slot together (reduceInto2): on
+    // the CI VM of 2026-12-04 two interleaved store streams, one into the
+    // slot the peer core read last, made a 2-rank ring 2.3x slower (128 KiB
+    // 26.9 against 11.8 us); on the 16-core Xeon the two ways tied.
     const bool stream = P == Protocol::Simple && ctx_.streamOutput && dst != nullptr && n > 0;
     T* target = dst != nullptr && !(stream && nout > 0) ? dst : (nout > 0 ? out[0] : nullptr);
-    const bool both = !stream && nin == 2 && nout == 1 && dst != nullptr && out[0] != dst &&
-                      !(Op::kHasPre && (pre[0] || pre[1]));
-    if (both && n > 0) {
-      reduceInto2(dst, out[0], in[0], in[1], n, op_);
-      target = out[0];
-    } else if (target != nullptr && n > 0) {
+    if (target != nullptr && n > 0) {
       if (stream && target == dst && nin == 1 && !(Op::kHasPre && pre[0]) && in[0] != dst) {
         streamElems(dst, in[0], n);
       } else {
