@@ -16,15 +16,27 @@ BoolParam paramCheckColl("CHECK_COLL", false,
                          "Before every collective, compare its operation, count, datatype, root, reduction "
                          "operator and sequence number across ranks (one bootstrap all-gather each) and fail "
                          "with a message naming the ranks that disagree");
-SizeParam paramChunkSize("CHUNK_SIZE", 0,
-                         "Bytes one FIFO step of a ring carries (0: 128K for Simple; at most BUFFSIZE/8); "
-                         "smaller steps pipeline better, larger ones synchronize less");
+SizeParam paramChunkSize(
+    "CHUNK_SIZE", 0,
+    "Bytes one FIFO step of a ring carries (0: 128K for Simple, 512K on the host backend "
+    "where one host's ranks outnumber its cores; at most BUFFSIZE/8); "
+    "smaller steps pipeline better, larger ones synchronize less");
 SizeParam paramHostStreamBytes("HOST_STREAM_BYTES", 32u << 20,
                                "Host collectives whose output on a rank is at least this many bytes write it "
                                "with non-temporal (streaming) stores, sparing the reads of destination lines "
                                "the caches could not keep anyway (0: never)");
 
 constexpr size_t kDefaultChunkBytes = 128 * 1024;
+// Ranks taking turns on the cores hand the core over at every step they
+// wait for; longer steps mean fewer hand-overs. On the 2-core CI VM
+// (2026-12-05, forked ranks, alternating runs) 512 KiB steps against
+// 128 KiB: all-reduce 4 ranks 32 MiB 13.3-14.8 ms against 14.5-16.5, 128
+// MiB 56-62 against 66-75; 8 ranks 128 MiB 106 against 138-145;
+// reduce-scatter 4 ranks 8 MiB 1.1-1.4 against 1.6-2.2 ms; broadcast 2
+// MiB 178-189 against 318-336 us. 2 MiB steps lost (128 MiB 74-75 ms).
+// Two ranks on two cores tied. Not measured across hosts, so it stays
+// within one.
+constexpr size_t kOversubscribedChunkBytes = 512 * 1024;
 
 Status dispatch(Communicator* comm, const CollArgs& a, HostPlan& plan) {
   if (a.type == CollType::AllGather || a.type == CollType::Broadcast) {
@@ -185,10 +197,11 @@ Status runNow(Communicator* comm, const CollArgs& a) {
       const bool peers = plan.choice.algo == Algo::Direct || plan.choice.algo == Algo::TwoShot;
       if (peers && !plan.choice.zeroCopy) BRAID_CHECK(comm->ensureDirect());
     }
-    // A failed net connector raises plan.cancel, ending the channels' waits at once.
-    plan.ringChunkBytes =
-        paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get()) : kDefaultChunkBytes;
+    plan.ringChunkBytes = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get())
+                          : comm->oversubscribed() && comm->nnodes() == 1 ? kOversubscribedChunkBytes
+                                                                          : kDefaultChunkBytes;
     plan.streamBytes = static_cast<size_t>(paramHostStreamBytes.get());
+    // A failed net connector raises plan.cancel, ending the channels' waits at once.
     comm->connectors().watch(&plan.cancel);
     Status run = dispatch(comm, a, plan);
     comm->connectors().unwatch(&plan.cancel);
