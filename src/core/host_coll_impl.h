@@ -176,7 +176,12 @@ Status runTyped(Communicator* comm, const CollArgs& a, HostPlan& plan, Op op) {
     if constexpr (Op::kHasPre) {
       for (size_t i = 0; i < a.count; ++i) out[i] = op.pre(in[i]);
     } else if (in != out) {
-      copyElems(out, in, a.count);
+      const size_t bytes = a.count * sizeof(T);
+      if (plan.streamBytes > 0 && bytes >= plan.streamBytes) {
+        streamElems(out, in, a.count);
+      } else {
+        copyElems(out, in, a.count);
+      }
     }
     return okStatus();
   }

@@ -90,7 +90,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Streaming stores for every output (normally from 32 MiB): every
                       // step shape writes the user's buffer through them.
                       AlgoCase{"RingStreaming3", 3, {"NCCL_ALGO=Ring", "BRAID_HOST_STREAM_BYTES=1"}, true},
-                      AlgoCase{"TreeStreaming4", 4, {"NCCL_ALGO=Tree", "BRAID_HOST_STREAM_BYTES=1"}, false}),
+                      AlgoCase{"TreeStreaming4", 4, {"NCCL_ALGO=Tree", "BRAID_HOST_STREAM_BYTES=1"}, false},
+                      // One rank: every collective is a copy, streamed here.
+                      AlgoCase{"Streaming1", 1, {"BRAID_HOST_STREAM_BYTES=1"}, true}),
     [](const ::testing::TestParamInfo<AlgoCase>& p) { return std::string(p.param.name); });
 
 // Ranks placed round-robin on two hosts (BRAID_HOSTID; peers on the other
