@@ -27,6 +27,9 @@ struct HostPlan {
   size_t streamBytes = 0;           // outputs of at least this many bytes use streaming stores (0: never)
   // Zero-copy: the windows holding this rank's buffers, and the offsets.
   uint64_t sendWindow = 0, sendOffset = 0, recvWindow = 0, recvOffset = 0;
+
+  // Whether an output of `bytes` is written with streaming stores.
+  bool streams(size_t bytes) const { return streamBytes > 0 && bytes >= streamBytes; }
 };
 
 // Cache-line alignment of the channels' parts of a buffer.

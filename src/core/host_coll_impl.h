@@ -72,7 +72,7 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
   ctx.timeoutSec = comm->stallTimeoutSeconds();
   ctx.spin = !comm->oversubscribed();
   const size_t outBytes = a.count * sizeof(T) * static_cast<size_t>(a.type == CollType::AllGather ? n : 1);
-  ctx.streamOutput = plan.streamBytes > 0 && outBytes >= plan.streamBytes;
+  ctx.streamOutput = plan.streams(outBytes);
   ctx.channel = c;
   ctx.collective = a.name;
   ctx.seq = plan.seq;
@@ -176,8 +176,7 @@ Status runTyped(Communicator* comm, const CollArgs& a, HostPlan& plan, Op op) {
     if constexpr (Op::kHasPre) {
       for (size_t i = 0; i < a.count; ++i) out[i] = op.pre(in[i]);
     } else if (in != out) {
-      const size_t bytes = a.count * sizeof(T);
-      if (plan.streamBytes > 0 && bytes >= plan.streamBytes) {
+      if (plan.streams(a.count * sizeof(T))) {
         streamElems(out, in, a.count);
       } else {
         copyElems(out, in, a.count);
