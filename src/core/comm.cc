@@ -12,6 +12,7 @@
 #include "bootstrap/root.h"
 #include "core/group.h"
 #include "platform/gpu.h"
+#include "platform/shared_memory.h"
 #include "topology/probe/probe.h"
 #include "topology/topology.h"
 #include "util/log.h"
@@ -457,6 +458,7 @@ Status Communicator::exchangePeerInfo() {
   me.backend = static_cast<uint32_t>(backend_);
   me.rank = rank_;
   me.pid = static_cast<int32_t>(getpid());
+  me.pidNamespace = pidNamespaceId();
   me.device = device_;
   std::string host = localHostId();
   std::strncpy(me.hostId, host.c_str(), sizeof(me.hostId) - 1);
@@ -553,7 +555,10 @@ Status Communicator::exchangePeerInfo() {
   std::vector<PeerPlace> places(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) {
     const PeerInfo& p = peers_[static_cast<size_t>(r)];
-    places[static_cast<size_t>(r)] = {p.hostHash == me.hostHash, sameProcess(r), describePeer(p)};
+    const bool sameHost = p.hostHash == me.hostHash;
+    places[static_cast<size_t>(r)] = {sameHost, sameProcess(r),
+                                      sameHost && p.pidNamespace != 0 && p.pidNamespace == me.pidNamespace,
+                                      describePeer(p)};
   }
   connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
                                                    bootstrapTimeoutSeconds());

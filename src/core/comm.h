@@ -50,6 +50,7 @@ struct PeerInfo {
   int32_t rank = -1;
   int32_t pid = 0;
   int32_t device = -1;        // GPU index, -1 on the host backend
+  uint64_t pidNamespace = 0;  // pidNamespaceId (platform/shared_memory.h)
   uint64_t hostHash = 0;      // hash of the host id
   char hostId[96] = {};       // hostname + boot id, or BRAID_HOSTID
   char busId[32] = {};        // PCI bus id of the GPU, "" on the host backend

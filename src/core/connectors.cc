@@ -70,7 +70,7 @@ Status ConnectorFactory::postRecv(int peer, uint32_t tag, size_t slotBytes,
     return okStatus();
   }
   auto end = std::make_unique<ShmEnd>();
-  BRAID_CHECK(shmPostRecv(bs_, peer, tag, slotBytes, p.inProcess, end.get()));
+  BRAID_CHECK(shmPostRecv(bs_, peer, tag, slotBytes, p.inProcess, p.samePidNamespace, end.get()));
   *out = std::move(end);
   return okStatus();
 }

@@ -21,6 +21,7 @@ namespace braid {
 struct PeerPlace {
   bool sameHost = true;
   bool inProcess = false;
+  bool samePidNamespace = false;  // its pid names its process here too
   std::string name;  // "rank 3 (hostb, pid 42)", for messages
 };
 

@@ -82,4 +82,10 @@ void sharedMemoryUnmap(void* addr, size_t bytes) {
   if (addr != nullptr) munmap(addr, bytes);
 }
 
+uint64_t pidNamespaceId() {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino) ^ (static_cast<uint64_t>(st.st_dev) << 32);
+}
+
 }  // namespace braid

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "util/status.h"
 
@@ -27,6 +28,10 @@ void sharedMemoryDestroy(int fd, void* addr, size_t bytes);
 // memory file `fd`, read-write.
 Status sharedMemoryMapPeer(pid_t pid, int fd, size_t offset, size_t bytes, void** addr);
 void sharedMemoryUnmap(void* addr, size_t bytes);
+// The id of this process's PID namespace (0: unknown). A peer's pid names
+// its process, and /proc/<pid>/fd reaches its files, only from inside the
+// same namespace.
+uint64_t pidNamespaceId();
 size_t pageBytes();
 
 }  // namespace braid

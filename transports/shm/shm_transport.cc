@@ -4,17 +4,28 @@
 #include <new>
 
 #include "util/log.h"
+#include "util/param.h"
 
 namespace braid {
 namespace {
+BoolParam paramShmNamed(
+    "SHM_NAMED", false,
+    "Share connector memory with the processes of this host by a /dev/shm name, removed once "
+    "the peer has mapped it, instead of an unnamed file the peer opens through /proc/<pid>/fd "
+    "(the default where peers share a PID namespace). A process killed during connection "
+    "setup can then leave the name behind; for hosts where /proc/<pid>/fd of a peer of the "
+    "same user cannot be opened.");
 constexpr size_t kNameBytes = 64;
 // Sub-tags of one connector's setup messages.
 constexpr uint32_t kName = 0, kMapped = 1;
 }  // namespace
 
 Status shmPostRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slotBytes, bool peerInProcess,
-                   ShmEnd* out) {
-  BRAID_CHECK(ShmSegment::create(ConnectorMemory::sizeFor(slotBytes), peerInProcess, &out->segment));
+                   bool peerSeesOurPid, ShmEnd* out) {
+  const ShmShare how = peerInProcess                            ? ShmShare::ProcessLocal
+                       : peerSeesOurPid && !paramShmNamed.get() ? ShmShare::Descriptor
+                                                                : ShmShare::Name;
+  BRAID_CHECK(ShmSegment::create(ConnectorMemory::sizeFor(slotBytes), how, &out->segment));
   new (out->segment.data()) ConnectorCounters();
   out->conn = Connector::over(out->segment.data(), slotBytes);
   char name[kNameBytes] = {};
@@ -36,7 +47,7 @@ Status shmOpenSend(bootstrap::Bootstrap* bs, int peer, uint32_t tag, size_t slot
 Status shmFinishRecv(bootstrap::Bootstrap* bs, int peer, uint32_t tag, ShmEnd* io) {
   uint8_t ok = 0;
   BRAID_CHECK(bs->recv(peer, tag + kMapped, &ok, 1));
-  io->segment.unlink();  // both ends mapped: nothing is left to leak
+  io->segment.withdraw();  // both ends mapped: nothing is left to leak
   return okStatus();
 }
 
