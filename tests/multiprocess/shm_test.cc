@@ -4,13 +4,16 @@
 // it: a full /dev/shm is an error that says how many bytes were needed and
 // what to do, on every rank, and ranks killed while a connector is being set
 // up leave nothing behind (unless BRAID_SHM_NAMED=1 asked for names, which
-// then stay: the test can see a leak). Making the namespace needs root
-// (CAP_SYS_ADMIN); elsewhere the tests skip.
+// then stay: the test can see a leak). A rank in a PID namespace of its own
+// (as in a container sharing the host's /dev/shm) still gets its
+// connectors, by name. Making the namespaces needs root (CAP_SYS_ADMIN);
+// elsewhere the tests skip.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,7 +32,7 @@ namespace {
 
 const bool kHostBackend = (setenv("BRAID_BACKEND", "host", 0), true);
 
-constexpr int kNoNamespace = 77;
+constexpr const char* kSkip = "skip: ";
 
 // The entries of /dev/shm, space-separated ("" when empty).
 std::string devShmEntries() {
@@ -44,24 +47,16 @@ std::string devShmEntries() {
   return names;
 }
 
-// Runs `body` in a forked child with its own mount namespace and a tmpfs of
-// `size` on /dev/shm. Returns body's text ("" = success), or sets *skipped
-// where the namespace cannot be made.
-std::string withOwnDevShm(const char* size, const std::function<std::string()>& body, bool* skipped) {
-  *skipped = false;
+// Runs `body` in a forked child and returns what it returned, or why the
+// child died.
+std::string inChild(const std::function<std::string()>& body) {
   int fds[2];
   if (pipe(fds) != 0) return "pipe failed";
   const pid_t child = fork();
   if (child < 0) return "fork failed";
   if (child == 0) {
     close(fds[0]);
-    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-              (std::string("mode=1777,size=") + size).c_str()) != 0) {
-      const std::string why = std::strerror(errno);
-      (void)!write(fds[1], why.data(), why.size());
-      _exit(kNoNamespace);
-    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     const std::string text = body();
     (void)!write(fds[1], text.data(), text.size());
     _exit(0);
@@ -73,11 +68,22 @@ std::string withOwnDevShm(const char* size, const std::function<std::string()>& 
   close(fds[0]);
   int status = 0;
   waitpid(child, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == kNoNamespace) {
-    *skipped = true;
-    return "no mount namespace of our own: " + text;
-  }
-  if (!WIFEXITED(status)) return "the job's process died: " + text;
+  return WIFEXITED(status) ? text : "the child process died: " + text;
+}
+
+// Runs `body` in a forked child with its own mount namespace and a tmpfs of
+// `size` on /dev/shm. Returns body's text ("" = success), or sets *skipped
+// where the namespace cannot be made.
+std::string withOwnDevShm(const char* size, const std::function<std::string()>& body, bool* skipped) {
+  const std::string text = inChild([&]() -> std::string {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+              (std::string("mode=1777,size=") + size).c_str()) != 0) {
+      return std::string(kSkip) + "no mount namespace of our own: " + std::strerror(errno);
+    }
+    return body();
+  });
+  *skipped = text.rfind(kSkip, 0) == 0;
   return text;
 }
 
@@ -171,6 +177,48 @@ TEST(ShmSegments, RanksKilledDuringConnectorSetupLeaveNothing) {
   text = withOwnDevShm(
       "64m", [&] { return killedDuringSetupJob(named, &failures) + failures; }, &skipped);
   EXPECT_EQ(text.rfind("braid-", 0), 0u) << "expected a leftover name, got '" << text << "'";
+}
+
+// An all-reduce and a send/recv ring over every rank, checked.
+std::string collectivesJob(const ncclUniqueId& id, int rank, int nranks) {
+  ncclComm_t comm = nullptr;
+  std::string err = check(ncclCommInitRank(&comm, nranks, id, rank), "init");
+  if (!err.empty()) return err;
+  const size_t count = 1 << 18;
+  std::vector<float> buf(count), got(count);
+  for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((rank + 1) * (i % 97));
+  err = check(ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr), "allreduce");
+  const float ranks = static_cast<float>(nranks * (nranks + 1) / 2);
+  for (size_t i = 0; err.empty() && i < count; ++i) {
+    if (buf[i] != ranks * static_cast<float>(i % 97)) err = "allreduce: wrong value at " + std::to_string(i);
+  }
+  if (err.empty()) {
+    ncclGroupStart();
+    ncclSend(buf.data(), count, ncclFloat, (rank + 1) % nranks, comm, nullptr);
+    ncclRecv(got.data(), count, ncclFloat, (rank + nranks - 1) % nranks, comm, nullptr);
+    err = check(ncclGroupEnd(), "send/recv");
+    if (err.empty() && got != buf) err = "send/recv: wrong data";
+  }
+  ncclCommDestroy(comm);
+  return err;
+}
+
+TEST(ShmSegments, ARankInAnotherPidNamespaceConnectsByName) {
+  const std::vector<std::string> env = {"BRAID_BOOTSTRAP_TIMEOUT=10"};
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      3,
+      [&](int rank, int nranks) -> std::string {
+        if (rank != 1) return collectivesJob(root.id, rank, nranks);
+        // Rank 1 runs as process 1 of a new PID namespace: its pid means
+        // nothing to the others, nor theirs to it.
+        if (unshare(CLONE_NEWPID) != 0) return std::string(kSkip) + std::strerror(errno);
+        return inChild(
+            [&] { return getpid() == 1 ? collectivesJob(root.id, rank, nranks) : "not process 1"; });
+      },
+      60, env);
+  if (out[1].report.rfind(kSkip, 0) == 0) GTEST_SKIP() << "no PID namespace of our own: " << out[1].report;
+  EXPECT_EQ(describeFailures(out), "");
 }
 
 }  // namespace
