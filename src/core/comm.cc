@@ -393,7 +393,7 @@ bool Communicator::p2pDisabled(int peer) const {
 Status Communicator::explainFailure(Status s) const {
   if (s.ok() || connectors_ == nullptr) return s;
   Status cause = connectors_->netError();
-  if (cause.ok()) return s;
+  if (cause.ok() || s.message().rfind(cause.message(), 0) == 0) return s;  // none, or explained already
   return Status(cause.code(), strCat(cause.message(), " (so: ", s.message(), ")"));
 }
 
@@ -558,7 +558,7 @@ Status Communicator::exchangePeerInfo() {
     const bool sameHost = p.hostHash == me.hostHash;
     places[static_cast<size_t>(r)] = {sameHost, sameProcess(r),
                                       sameHost && p.pidNamespace != 0 && p.pidNamespace == me.pidNamespace,
-                                      describePeer(p)};
+                                      p.pid, describePeer(p)};
   }
   connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
                                                    bootstrapTimeoutSeconds());
@@ -566,6 +566,9 @@ Status Communicator::exchangePeerInfo() {
     connectors_->preferNics(nearNics_, strCat("GPU ", me.busId));
   } else {
     connectors_->preferNicsOnNuma(me.numaNode);
+    // A host rank waits on its host's peers through shared memory alone: a
+    // peer's process that ends must fail those waits at once.
+    connectors_->watchPeerProcesses();
   }
   BRAID_CHECK(connectors_->init());
   // Host ranks of one node chain by NUMA node, so a ring crosses the socket

@@ -227,8 +227,9 @@ class Communicator : public StallListener {
   ConnectorEnd* p2pRecv(int peer) { return p2pRecv_[peer].get(); }
   // The transports: shm for peers on this host, net for the others.
   ConnectorFactory& connectors() { return *connectors_; }
-  // A failed operation's status, with the cause a net connector recorded
-  // (a dead peer, a dropped link) put first when there is one.
+  // A failed operation's status, with the cause the connectors recorded (a
+  // net connector's dead peer or dropped link, a peer process that ended)
+  // put first when there is one and it is not there already.
   Status explainFailure(Status s) const;
   size_t p2pSlotBytes() const;
   // GPU backend: the slot of a point-to-point connector (BRAID_GPU_P2P_STEP).

@@ -46,6 +46,29 @@ Status ConnectorFactory::init() {
   return okStatus();
 }
 
+void ConnectorFactory::watchPeerProcesses() {
+  std::vector<pid_t> pids;
+  std::vector<int> ranks;
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    const PeerPlace& p = peers_[r];
+    if (p.sameHost && p.samePidNamespace && !p.inProcess) {
+      pids.push_back(p.pid);
+      ranks.push_back(static_cast<int>(r));
+    }
+  }
+  if (pids.empty()) return;
+  ended_ = std::make_unique<std::atomic<bool>[]>(peers_.size());
+  std::atomic<bool>* ended = ended_.get();
+  Status s = ProcessWatch::start(
+      pids, [ended, ranks](size_t i) { ended[ranks[i]].store(true, std::memory_order_release); }, &processWatch_);
+  if (!s.ok()) {
+    BRAID_INFO(kLogInit,
+               "not watching the processes of this host's peers (%s): a wait on a rank that died ends at "
+               "BRAID_STALL_TIMEOUT",
+               s.message().c_str());
+  }
+}
+
 int nearestNetDevice(const std::vector<NetProperties>& devs, const std::vector<std::string>& busIds) {
   for (const std::string& bus : busIds) {
     for (size_t d = 0; d < devs.size(); ++d) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "platform/process_watch.h"
 #include "transports/net/net_transport.h"
 #include "transports/transport.h"
 
@@ -22,6 +23,7 @@ struct PeerPlace {
   bool sameHost = true;
   bool inProcess = false;
   bool samePidNamespace = false;  // its pid names its process here too
+  int pid = 0;
   std::string name;  // "rank 3 (hostb, pid 42)", for messages
 };
 
@@ -65,6 +67,16 @@ class ConnectorFactory {
 
   bool usesNet(int peer) const { return !peers_[static_cast<size_t>(peer)].sameHost; }
   const char* transportName(int peer) const;
+  // Watches the processes of the peers that share this host (and PID
+  // namespace) but not this process, so that a wait on one whose process
+  // ended fails at once rather than at the stall timeout (peerEnded). Where
+  // they cannot be watched (no pidfds) it logs why.
+  void watchPeerProcesses();
+  // Per rank, raised once its process has ended; null when not watching.
+  // Only waits on that rank fail (after asking once more for what it wrote
+  // before it ended): ranks may leave at different times.
+  const std::atomic<bool>* peerEnded() const { return processWatch_ ? ended_.get() : nullptr; }
+
   // The first failure of a net connector ("" / ok when none).
   Status netError() const { return sink_->first(); }
   // Raised (with the others registered) when a net connector fails, so that
@@ -89,6 +101,8 @@ class ConnectorFactory {
   std::string near_;
   int numa_ = -1;
   std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
+  std::unique_ptr<std::atomic<bool>[]> ended_;   // per rank
+  std::unique_ptr<ProcessWatch> processWatch_;  // after ended_: stops before it goes
 };
 
 }  // namespace braid

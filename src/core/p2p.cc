@@ -102,6 +102,20 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
   } unwatch{comm, &netFailed};
   Backoff backoff(&comm->abortFlag(), comm->stallTimeoutSeconds(), &netFailed, !comm->oversubscribed());
   backoff.reset();
+  // netFailed rose or a peer's process ended: one more pass takes what came
+  // before, then the wait fails.
+  bool lastPass = false;
+  uint64_t pauses = 0;
+  const std::atomic<bool>* ended = comm->connectors().peerEnded();
+  auto anyEnded = [&] {
+    if (ended == nullptr) return false;
+    for (const auto* side : {&sends, &recvs}) {
+      for (const auto& entry : *side) {
+        if (ended[entry.first].load(std::memory_order_acquire)) return true;
+      }
+    }
+    return false;
+  };
   while (!sends.empty() || !recvs.empty()) {
     bool moved = false;
     for (auto it = sends.begin(); it != sends.end();) {
@@ -126,9 +140,24 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
       backoff.reset();
       continue;
     }
+    if (lastPass) {
+      for (const auto* side : {&sends, &recvs}) {
+        for (const auto& [peer, q] : *side) {
+          if (ended != nullptr && ended[peer].load(std::memory_order_acquire)) {
+            return remoteError("point-to-point #", comm->nextCollectiveSeq(), ": the process of rank ", peer,
+                               " ended while this rank waited to ", side == &sends ? "send to" : "receive from",
+                               " it (", q.front().done, "/", q.front().op->bytes, " bytes)");
+          }
+        }
+      }
+      return comm->explainFailure(remoteError("send/receive stopped"));
+    }
     Backoff::Result r = backoff.pause();
     if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort)");
-    if (r == Backoff::Result::Cancelled) return comm->explainFailure(remoteError("send/receive stopped"));
+    if (r == Backoff::Result::Cancelled || (r == Backoff::Result::Ready && (++pauses & 15) == 0 && anyEnded())) {
+      lastPass = true;
+      continue;
+    }
     if (r == Backoff::Result::TimedOut) {
       std::string waiting;
       for (auto& [peer, q] : sends) waiting += strCat(" send to rank ", peer, " (", q.front().done, "/", q.front().op->bytes, " bytes)");

@@ -97,6 +97,9 @@ TEST(CollFaults, AMissingRankStallsWithAnErrorNamingItAndDumpsFifos) {
         ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
         double took = secondsSince(start);
         std::string text = ncclGetLastError(comm);
+        // Stay until the other waiter has timed out too: a rank whose
+        // process ends fails the waits on it at once instead.
+        std::this_thread::sleep_for(std::chrono::seconds(2));
         ncclCommAbort(comm);
         if (r != ncclRemoteError) return "expected ncclRemoteError, got " + std::to_string(r) + ": " + text;
         if (took > 10) return "took " + std::to_string(took) + " s";
@@ -118,34 +121,98 @@ TEST(CollFaults, AMissingRankStallsWithAnErrorNamingItAndDumpsFifos) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
-TEST(CollFaults, KilledRankFailsTheOthersWithinTheTimeout) {
+// The others notice at once (their host's peer processes are watched), not
+// at the stall timeout (300 s here): a wait on a rank whose process ended
+// fails.
+TEST(CollFaults, KilledRankFailsTheOthersAtOnce) {
   RootProcess root = startRootProcess();
-  auto out = runRanks(4,
-                      [&](int rank, int n) -> std::string {
-                        ncclComm_t comm = nullptr;
-                        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
-                        if (!err.empty()) return err;
-                        std::vector<float> buf(1 << 20, 1.0f);
-                        for (int i = 0; i < 1000; ++i) {
-                          if (rank == 1 && i == 3) raise(SIGKILL);  // dies mid-job
-                          ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat,
-                                                         ncclSum, comm, nullptr);
-                          if (r != ncclSuccess) {
-                            std::string text = ncclGetLastError(comm);
-                            ncclCommAbort(comm);
-                            return expect(r == ncclRemoteError && text.find("rank") != std::string::npos,
-                                          "unexpected error: " + text);
-                          }
-                        }
-                        ncclCommAbort(comm);
-                        return "never noticed the dead rank";
-                      },
-                      60, {"BRAID_STALL_TIMEOUT=3", "NCCL_MIN_NCHANNELS=2"});
+  auto out = runRanks(
+      4,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        std::vector<float> buf(1 << 20, 1.0f);
+        for (int i = 0; i < 1000; ++i) {
+          if (rank == 1 && i == 3) raise(SIGKILL);  // dies mid-job
+          ncclResult_t r =
+              ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+          if (r != ncclSuccess) {
+            std::string text = ncclGetLastError(comm);
+            ncclCommAbort(comm);
+            // Rank 1's neighbours wait on it; the others on a neighbour that
+            // failed and left in turn.
+            return expect(r == ncclRemoteError && text.find("the process of rank ") != std::string::npos &&
+                              text.find(" ended while channel ") != std::string::npos,
+                          "unexpected error: " + text);
+          }
+        }
+        ncclCommAbort(comm);
+        return "never noticed the dead rank";
+      },
+      60, {"NCCL_MIN_NCHANNELS=2"});
   for (int r = 0; r < 4; ++r) {
     if (r == 1) continue;
     EXPECT_TRUE(out[static_cast<size_t>(r)].exited) << "rank " << r << " hung or crashed";
     EXPECT_EQ(out[static_cast<size_t>(r)].report, "") << "rank " << r;
+    EXPECT_LT(out[static_cast<size_t>(r)].seconds, 20.0) << "rank " << r;
   }
+}
+
+// A rank whose process ends right after its last collective fails no one:
+// what it sent before it ended is still taken, by collectives and by
+// receives posted after it is gone; only a receive nothing will come to
+// fails, at once.
+TEST(CollFaults, WhatARankSentBeforeItEndedIsStillReceived) {
+  RootProcess root = startRootProcess();
+  auto out = runRanks(
+      4,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        std::vector<float> buf(1024);
+        for (int i = 0; i < 50 && err.empty(); ++i) {
+          std::fill(buf.begin(), buf.end(), static_cast<float>(rank + i));
+          err = check(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
+                      "allreduce");
+          if (err.empty() && buf[7] != static_cast<float>(6 + 4 * i)) err = "allreduce: wrong sum";
+        }
+        if (!err.empty()) return err;
+        // Ranks 0 and 2 exchange one message each way (connectors made),
+        // then rank 0 sends one more and leaves.
+        if (rank == 0 || rank == 2) {
+          std::vector<float> mine(256, static_cast<float>(rank)), theirs(256);
+          ncclGroupStart();
+          ncclSend(mine.data(), mine.size(), ncclFloat, 2 - rank, comm, nullptr);
+          ncclRecv(theirs.data(), theirs.size(), ncclFloat, 2 - rank, comm, nullptr);
+          err = check(ncclGroupEnd(), "first send/recv");
+          if (!err.empty()) return err;
+          if (rank == 0) {
+            mine.assign(mine.size(), 42.0f);
+            err = check(ncclSend(mine.data(), mine.size(), ncclFloat, 2, comm, nullptr), "last send");
+            _exit(err.empty() ? 0 : 1);
+          }
+          usleep(500000);  // rank 0 is gone by now
+          err = check(ncclRecv(theirs.data(), theirs.size(), ncclFloat, 0, comm, nullptr),
+                      "recv after it left");
+          if (!err.empty()) return err;
+          if (theirs[255] != 42.0f) return "the last message's data is wrong";
+          const auto t0 = std::chrono::steady_clock::now();
+          ncclResult_t r = ncclRecv(theirs.data(), theirs.size(), ncclFloat, 0, comm, nullptr);
+          const std::string text = ncclGetLastError(comm);
+          ncclCommAbort(comm);
+          if (r != ncclRemoteError || text.find("the process of rank 0 ended") == std::string::npos) {
+            return "a receive from the rank that left: " + std::to_string(r) + ": " + text;
+          }
+          return expect(secondsSince(t0) < 5, "a receive from the rank that left took too long to fail");
+        }
+        ncclCommAbort(comm);
+        return "";
+      },
+      60);
+  EXPECT_EQ(describeFailures(out), "");
+  for (const RankOutcome& o : out) EXPECT_TRUE(o.exited && o.exitCode == 0);
 }
 
 TEST(CollFaults, AbortFromAnotherThreadReleasesAWaitingCollective) {

@@ -218,7 +218,7 @@ struct CountingListener : StallListener {
   void onStall(int) override { ++calls; }
 };
 
-TEST(HostPrims, StallsTimeOutNamingThePeerAndAbortAndCancelStopWaits) {
+TEST(HostPrims, StallsTimeOutNamingThePeerAndAbortCancelAndPeerEndStopWaits) {
   Fabric fabric(256);
   float x[4] = {};
   {
@@ -235,21 +235,47 @@ TEST(HostPrims, StallsTimeOutNamingThePeerAndAbortAndCancelStopWaits) {
     p.recv(x, 4);  // a failed primitives object stays failed and never waits again
     EXPECT_EQ(listener.calls.load(), 1);
   }
-  for (bool viaAbort : {true, false}) {
+  // Each flag ends a wait on rank 6 at once, with its own message; rank 7
+  // (the peerEnded flags are per rank) never raises one.
+  const char* const expected[] = {"aborted", "the collective failed elsewhere",
+                                  "the process of rank 6 ended"};
+  for (int how = 0; how < 3; ++how) {
     std::atomic<bool> flag{false};
+    std::atomic<bool> ended[8] = {};
     PrimsContext ctx = context(30);
-    (viaAbort ? ctx.abort : ctx.cancel) = &flag;
-    HostPrims<float, OpSum> p(fabric.sendTo(0, 1, 9), fabric.recvFrom(0, 6, 9), ctx);
+    if (how == 0) ctx.abort = &flag;
+    if (how == 1) ctx.cancel = &flag;
+    if (how == 2) ctx.peerEnded = ended;
+    HostPrims<float, OpSum> p(fabric.sendTo(0, 1, 10 + how), fabric.recvFrom(0, 6, 10 + how), ctx);
     std::thread raiser([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      flag.store(true);
+      ended[7].store(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      (how == 2 ? ended[6] : flag).store(true);
     });
     auto start = std::chrono::steady_clock::now();
     p.recv(x, 4);
     raiser.join();
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-    EXPECT_NE(p.status().message().find(viaAbort ? "aborted" : "another channel failed"), std::string::npos);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100))
+        << "rank 7 ended the wait";
+    EXPECT_NE(p.status().message().find(expected[how]), std::string::npos) << p.status().message();
   }
+  // What rank 6 sent before its process ended is still received.
+  std::atomic<bool> ended[8] = {};
+  PrimsContext ctx = context(30);
+  ctx.peerEnded = ended;
+  {
+    HostPrims<float, OpSum> sender(fabric.sendTo(6, 0, 20), fabric.recvFrom(6, 1, 20), context());
+    const float data[4] = {1, 2, 3, 4};
+    sender.send(data, 4);
+    ASSERT_TRUE(sender.status().ok());
+  }
+  ended[6].store(true);
+  HostPrims<float, OpSum> p(fabric.sendTo(0, 1, 20), fabric.recvFrom(0, 6, 20), ctx);
+  p.recv(x, 4);
+  ASSERT_TRUE(p.status().ok()) << p.status().message();
+  EXPECT_EQ(x[3], 4.0f);
 }
 
 // The engine's copy takes memcpy or its own loop by the pointers' relative

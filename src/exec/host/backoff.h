@@ -15,7 +15,7 @@ namespace braid {
 
 class Backoff {
  public:
-  enum class Result { Ready, Aborted, TimedOut, Cancelled };
+  enum class Result { Ready, Aborted, TimedOut, Cancelled, PeerEnded };
 
   // `cancel` (optional) stops the wait like abort, for a reason of the
   // caller's (another channel of the same collective failed).
@@ -26,14 +26,20 @@ class Backoff {
           bool spin = true)
       : abort_(abort), cancel_(cancel), timeoutSec_(timeoutSec), spin_(spin) {}
 
-  // Waits until ready() is true, the abort flag rises or the deadline passes.
+  // Waits until ready() is true, the abort flag rises or the deadline passes,
+  // or `peerEnded` (optional: the process this wait depends on has ended)
+  // rises. A raised cancel or peerEnded flag means nothing more will come,
+  // so ready() is asked once more first: what the peer wrote before it ended
+  // still counts.
   template <typename Ready>
-  Result wait(Ready ready) {
+  Result wait(Ready ready, const std::atomic<bool>* peerEnded = nullptr) {
     if (ready()) return Result::Ready;
     reset();
+    peerEnded_ = peerEnded;
     while (true) {
       if (ready()) return Result::Ready;
       Result r = pause();
+      if ((r == Result::Cancelled || r == Result::PeerEnded) && ready()) return Result::Ready;
       if (r != Result::Ready) return r;
     }
   }
@@ -48,6 +54,7 @@ class Backoff {
     }
     if (abort_ != nullptr && abort_->load(std::memory_order_relaxed)) return Result::Aborted;
     if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) return Result::Cancelled;
+    if (peerEnded_ != nullptr && peerEnded_->load(std::memory_order_acquire)) return Result::PeerEnded;
     const Clock::time_point now = Clock::now();
     if (!started_) {  // the clock starts at the first check: most waits end before it
       start_ = now;
@@ -68,6 +75,7 @@ class Backoff {
   void reset() {
     started_ = false;
     spins_ = 0;
+    peerEnded_ = nullptr;
   }
 
  private:
@@ -84,6 +92,7 @@ class Backoff {
 
   const std::atomic<bool>* abort_;
   const std::atomic<bool>* cancel_;
+  const std::atomic<bool>* peerEnded_ = nullptr;  // during wait()
   double timeoutSec_;
   bool spin_;
   // Set at the first check after reset() (which wait() calls before its

@@ -52,6 +52,9 @@ class StallListener {
 struct PrimsContext {
   const std::atomic<bool>* abort = nullptr;
   const std::atomic<bool>* cancel = nullptr;  // raised when another channel of the collective failed
+  // Per rank of the communicator, raised when its process has ended (null:
+  // not watched; core/connectors.h).
+  const std::atomic<bool>* peerEnded = nullptr;
   double timeoutSec = 300;
   int channel = 0;
   const char* collective = "";  // the API name; messages add " #seq"
@@ -71,14 +74,20 @@ struct PeerConnector {
 
 namespace detail {
 // The error of a wait that ended without its condition: aborted, cancelled
-// by another channel, or timed out (reported to ctx.stall first) waiting
-// for `peer` to do `what`.
+// (another channel or a net connector failed), the process of `peer` ended,
+// or timed out (reported to ctx.stall first) waiting for `peer` to do
+// `what`.
 inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char* what, int peer,
                           uint64_t step) {
   const std::string op = strCat(ctx.collective, " #", ctx.seq);
   if (r == Backoff::Result::Aborted) return invalidUsage(op, " was aborted (ncclCommAbort)");
   if (r == Backoff::Result::Cancelled) {
-    return internalError(op, ": channel ", ctx.channel, " stopped because another channel failed");
+    return internalError(op, ": channel ", ctx.channel, " stopped waiting for rank ", peer, " ", what, " (step ",
+                         step, "): the collective failed elsewhere");
+  }
+  if (r == Backoff::Result::PeerEnded) {
+    return remoteError(op, ": the process of rank ", peer, " ended while channel ", ctx.channel,
+                       " waited for it ", what, " (step ", step, ")");
   }
   if (ctx.stall != nullptr) ctx.stall->onStall(ctx.channel);
   return remoteError(op, ": no progress for ", ctx.timeoutSec, " s on channel ", ctx.channel,
@@ -270,7 +279,7 @@ class HostPrims {
 
   template <typename Ready>
   bool waitUntil(Ready ready, const char* what, int peer, uint64_t step) {
-    Backoff::Result r = backoff_.wait(ready);
+    Backoff::Result r = backoff_.wait(ready, ctx_.peerEnded != nullptr ? &ctx_.peerEnded[peer] : nullptr);
     if (r == Backoff::Result::Ready) return true;
     status_ = detail::waitFailure(r, ctx_, what, peer, step);
     return false;

@@ -152,7 +152,8 @@ class HostSymPrims {
   // Waits until `flag` (rank q's) reaches this collective's sequence number.
   bool meet(const std::atomic<uint64_t>& flag, int q, const char* what) {
     const uint64_t seq = ctx_.seq;
-    Backoff::Result r = backoff_.wait([&] { return flag.load(std::memory_order_acquire) >= seq; });
+    Backoff::Result r = backoff_.wait([&] { return flag.load(std::memory_order_acquire) >= seq; },
+                                      ctx_.peerEnded != nullptr ? &ctx_.peerEnded[q] : nullptr);
     if (r != Backoff::Result::Ready) {
       status_ = detail::waitFailure(r, ctx_, what, q, seq);
       if (r == Backoff::Result::TimedOut) {

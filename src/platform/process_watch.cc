@@ -1,0 +1,169 @@
+#include "platform/process_watch.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434  // the same number on every architecture
+#endif
+
+namespace braid {
+namespace {
+
+class Watcher {
+ public:
+  static Watcher& get() {
+    static Watcher* watcher = [] {
+      auto* w = new Watcher();  // never destroyed: its thread may outlive static destructors
+      // A child forked while the thread held the lock would find it held
+      // for ever; the child starts afresh (its parent's watches are void).
+      pthread_atfork([] { get().mu_.lock(); }, [] { get().mu_.unlock(); }, [] { get().forgetInChild(); });
+      return w;
+    }();
+    return *watcher;
+  }
+
+  Status subscribe(const std::vector<pid_t>& pids, std::function<void(size_t)> ended, uint64_t* id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (wake_ < 0) {
+      wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (wake_ < 0) return systemError("eventfd failed: ", std::strerror(errno));
+      std::thread([this] { run(); }).detach();
+    }
+    for (size_t i = 0; i < pids.size(); ++i) {
+      auto it = procs_.find(pids[i]);
+      // Not watched yet, or watched until it ended and now the pid of a new
+      // process (a peer is alive when it is named here).
+      if (it == procs_.end() || it->second.ended) {
+        const int fd = static_cast<int>(syscall(SYS_pidfd_open, pids[i], 0));
+        if (fd < 0) {
+          const int e = errno;
+          for (size_t j = 0; j < i; ++j) release(pids[j]);
+          if (e == ESRCH) return remoteError("process ", pids[i], " has already ended");
+          return systemError("cannot watch process ", pids[i], " (pidfd_open): ", std::strerror(e));
+        }
+        if (it == procs_.end()) {
+          it = procs_.emplace(pids[i], Proc{fd}).first;
+        } else {
+          close(it->second.fd);
+          it->second.fd = fd;
+          it->second.ended = false;
+        }
+      }
+      ++it->second.users;
+    }
+    *id = ++lastId_;
+    subs_[*id] = Sub{pids, std::move(ended)};
+    notify();
+    return okStatus();
+  }
+
+  void unsubscribe(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = subs_.find(id);
+    if (it == subs_.end()) return;
+    for (pid_t pid : it->second.pids) release(pid);
+    subs_.erase(it);
+    notify();
+  }
+
+ private:
+  struct Proc {
+    int fd = -1;
+    int users = 0;
+    bool ended = false;
+  };
+  struct Sub {
+    std::vector<pid_t> pids;
+    std::function<void(size_t)> ended;
+  };
+
+  // In a forked child, with mu_ held since the fork: no thread runs here.
+  void forgetInChild() {
+    for (auto& [pid, proc] : procs_) close(proc.fd);
+    procs_.clear();
+    subs_.clear();
+    if (wake_ >= 0) close(wake_);
+    wake_ = -1;
+    mu_.unlock();
+  }
+
+  // With mu_ held.
+  void release(pid_t pid) {
+    auto it = procs_.find(pid);
+    if (it == procs_.end() || --it->second.users > 0) return;
+    close(it->second.fd);
+    procs_.erase(it);
+  }
+  void notify() {
+    const uint64_t one = 1;
+    (void)!write(wake_, &one, sizeof(one));
+  }
+
+  void run() {
+    std::vector<pollfd> polled;
+    std::vector<pid_t> polledPids;
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        polled.assign(1, pollfd{wake_, POLLIN, 0});
+        polledPids.assign(1, 0);
+        for (const auto& [pid, proc] : procs_) {
+          if (proc.ended) continue;
+          polled.push_back({proc.fd, POLLIN, 0});
+          polledPids.push_back(pid);
+        }
+      }
+      if (poll(polled.data(), polled.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        return;  // cannot happen with valid descriptors; the callers' timeouts still hold
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      uint64_t drained;
+      while (read(wake_, &drained, sizeof(drained)) > 0) {
+      }
+      for (size_t k = 1; k < polled.size(); ++k) {
+        if (polled[k].revents == 0) continue;
+        // A descriptor closed (and its number reused) since the set was
+        // built is no longer this process's: skip it.
+        auto it = procs_.find(polledPids[k]);
+        if (it == procs_.end() || it->second.fd != polled[k].fd || it->second.ended) continue;
+        it->second.ended = true;
+        for (auto& [id, sub] : subs_) {
+          for (size_t i = 0; i < sub.pids.size(); ++i) {
+            if (sub.pids[i] == polledPids[k]) sub.ended(i);
+          }
+        }
+      }
+    }
+  }
+
+  std::mutex mu_;
+  int wake_ = -1;
+  uint64_t lastId_ = 0;
+  std::map<pid_t, Proc> procs_;
+  std::map<uint64_t, Sub> subs_;
+};
+
+}  // namespace
+
+Status ProcessWatch::start(const std::vector<pid_t>& pids, std::function<void(size_t)> ended,
+                           std::unique_ptr<ProcessWatch>* out) {
+  uint64_t id = 0;
+  BRAID_CHECK(Watcher::get().subscribe(pids, std::move(ended), &id));
+  out->reset(new ProcessWatch(id));
+  return okStatus();
+}
+
+ProcessWatch::~ProcessWatch() { Watcher::get().unsubscribe(id_); }
+
+}  // namespace braid

@@ -1,0 +1,78 @@
+// Watching other processes (platform/process_watch.h) with real children:
+// each watch hears of each of its processes' end once, watches of the same
+// process share it, a stopped watch hears nothing, and a process that is
+// gone already is an error.
+#include "platform/process_watch.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace braid {
+namespace {
+
+pid_t sleeper() {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  return pid;
+}
+
+void end(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+bool soon(const std::atomic<int>& v, int want) {
+  for (int i = 0; i < 500 && v.load() != want; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return v.load() == want;
+}
+
+TEST(ProcessWatch, EachWatchHearsOfEachEndOnce) {
+  const pid_t a = sleeper(), b = sleeper();
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  std::atomic<int> first{0}, second{0}, stopped{0};
+  std::unique_ptr<ProcessWatch> w1, w2, w3;
+  ASSERT_TRUE(ProcessWatch::start(
+                  {a, b}, [&](size_t i) { first += i == 0 ? 1 : 10; }, &w1)
+                  .ok());
+  ASSERT_TRUE(ProcessWatch::start(
+                  {b}, [&](size_t i) { second += i == 0 ? 1 : 100; }, &w2)
+                  .ok());
+  ASSERT_TRUE(ProcessWatch::start(
+                  {a}, [&](size_t) { ++stopped; }, &w3)
+                  .ok());
+  w3.reset();  // hears nothing from here on
+  end(b);
+  EXPECT_TRUE(soon(first, 10));
+  EXPECT_TRUE(soon(second, 1));
+  end(a);
+  EXPECT_TRUE(soon(first, 11));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(first.load(), 11);
+  EXPECT_EQ(second.load(), 1);
+  EXPECT_EQ(stopped.load(), 0);
+}
+
+TEST(ProcessWatch, AProcessGoneAlreadyIsAnError) {
+  const pid_t a = sleeper();
+  ASSERT_GT(a, 0);
+  end(a);
+  std::unique_ptr<ProcessWatch> w;
+  Status s = ProcessWatch::start(
+      {a}, [](size_t) {}, &w);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("has already ended"), std::string::npos) << s.message();
+  EXPECT_EQ(w, nullptr);
+}
+
+}  // namespace
+}  // namespace braid
