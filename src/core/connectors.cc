@@ -62,6 +62,7 @@ void ConnectorFactory::watchPeerProcesses() {
   Status s = ProcessWatch::start(
       pids, [ended, ranks](size_t i) { ended[ranks[i]].store(true, std::memory_order_release); }, &processWatch_);
   if (!s.ok()) {
+    ended_.reset();  // nothing raises these
     BRAID_INFO(kLogInit,
                "not watching the processes of this host's peers (%s): a wait on a rank that died ends at "
                "BRAID_STALL_TIMEOUT",

@@ -75,7 +75,7 @@ class ConnectorFactory {
   // Per rank, raised once its process has ended; null when not watching.
   // Only waits on that rank fail (after asking once more for what it wrote
   // before it ended): ranks may leave at different times.
-  const std::atomic<bool>* peerEnded() const { return processWatch_ ? ended_.get() : nullptr; }
+  const std::atomic<bool>* peerEnded() const { return ended_.get(); }
 
   // The first failure of a net connector ("" / ok when none).
   Status netError() const { return sink_->first(); }
@@ -101,7 +101,7 @@ class ConnectorFactory {
   std::string near_;
   int numa_ = -1;
   std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
-  std::unique_ptr<std::atomic<bool>[]> ended_;   // per rank
+  std::unique_ptr<std::atomic<bool>[]> ended_;   // per rank; null when not watching
   std::unique_ptr<ProcessWatch> processWatch_;  // after ended_: stops before it goes
 };
 

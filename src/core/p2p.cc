@@ -107,14 +107,19 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
   bool lastPass = false;
   uint64_t pauses = 0;
   const std::atomic<bool>* ended = comm->connectors().peerEnded();
-  auto anyEnded = [&] {
-    if (ended == nullptr) return false;
+  // The error of a wait on a peer whose process ended; ok when none did.
+  auto endedPeer = [&]() -> Status {
+    if (ended == nullptr) return okStatus();
     for (const auto* side : {&sends, &recvs}) {
-      for (const auto& entry : *side) {
-        if (ended[entry.first].load(std::memory_order_acquire)) return true;
+      for (const auto& [peer, q] : *side) {
+        if (ended[peer].load(std::memory_order_acquire)) {
+          return remoteError("point-to-point #", comm->nextCollectiveSeq(), ": the process of rank ", peer,
+                             " ended while this rank waited to ", side == &sends ? "send to" : "receive from",
+                             " it (", q.front().done, "/", q.front().op->bytes, " bytes)");
+        }
       }
     }
-    return false;
+    return okStatus();
   };
   while (!sends.empty() || !recvs.empty()) {
     bool moved = false;
@@ -141,20 +146,12 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
       continue;
     }
     if (lastPass) {
-      for (const auto* side : {&sends, &recvs}) {
-        for (const auto& [peer, q] : *side) {
-          if (ended != nullptr && ended[peer].load(std::memory_order_acquire)) {
-            return remoteError("point-to-point #", comm->nextCollectiveSeq(), ": the process of rank ", peer,
-                               " ended while this rank waited to ", side == &sends ? "send to" : "receive from",
-                               " it (", q.front().done, "/", q.front().op->bytes, " bytes)");
-          }
-        }
-      }
+      BRAID_CHECK(endedPeer());
       return comm->explainFailure(remoteError("send/receive stopped"));
     }
     Backoff::Result r = backoff.pause();
     if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort)");
-    if (r == Backoff::Result::Cancelled || (r == Backoff::Result::Ready && (++pauses & 15) == 0 && anyEnded())) {
+    if (r == Backoff::Result::Cancelled || (r == Backoff::Result::Ready && (++pauses & 15) == 0 && !endedPeer().ok())) {
       lastPass = true;
       continue;
     }

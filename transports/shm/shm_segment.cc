@@ -133,7 +133,6 @@ Status ShmSegment::create(size_t bytes, ShmShare how, ShmSegment* out) {
     BRAID_CHECK(reserveAndMap(fd, bytes, seg.name_, &seg.data_));
     close(fd);
   }
-  seg.linked_ = true;
   seg.size_ = bytes;
   *out = std::move(seg);
   return okStatus();
