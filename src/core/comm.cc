@@ -566,10 +566,12 @@ Status Communicator::exchangePeerInfo() {
     connectors_->preferNics(nearNics_, strCat("GPU ", me.busId));
   } else {
     connectors_->preferNicsOnNuma(me.numaNode);
-    // A host rank waits on its host's peers through shared memory alone: a
-    // peer's process that ends must fail those waits at once.
-    connectors_->watchPeerProcesses();
   }
+  // A rank waits on its host's peers through shared memory alone (host
+  // memory, or GPU memory the peer maps): a peer's process that ends must
+  // fail those waits at once. Watched from here, so that a rank that dies
+  // before the first collective is seen too.
+  connectors_->watchPeerProcesses();
   BRAID_CHECK(connectors_->init());
   // Host ranks of one node chain by NUMA node, so a ring crosses the socket
   // interconnect once each way however the launcher bound them; GPU ranks in

@@ -59,8 +59,15 @@ void ConnectorFactory::watchPeerProcesses() {
   if (pids.empty()) return;
   ended_ = std::make_unique<std::atomic<bool>[]>(peers_.size());
   std::atomic<bool>* ended = ended_.get();
+  std::shared_ptr<PeerEndHook> hook = onEnd_;
   Status s = ProcessWatch::start(
-      pids, [ended, ranks](size_t i) { ended[ranks[i]].store(true, std::memory_order_release); }, &processWatch_);
+      pids,
+      [ended, ranks, hook](size_t i) {
+        ended[ranks[i]].store(true, std::memory_order_release);
+        std::lock_guard<std::mutex> lock(hook->mutex);
+        if (hook->f) hook->f(ranks[i]);
+      },
+      &processWatch_);
   if (!s.ok()) {
     ended_.reset();  // nothing raises these
     BRAID_INFO(kLogInit,
@@ -68,6 +75,20 @@ void ConnectorFactory::watchPeerProcesses() {
                "BRAID_STALL_TIMEOUT",
                s.message().c_str());
   }
+}
+
+void ConnectorFactory::callOnPeerEnd(std::function<void(int)> f) {
+  std::lock_guard<std::mutex> lock(onEnd_->mutex);
+  onEnd_->f = std::move(f);
+  if (ended_ == nullptr) return;
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    if (ended_[r].load(std::memory_order_acquire)) onEnd_->f(static_cast<int>(r));
+  }
+}
+
+void ConnectorFactory::stopCallingOnPeerEnd() {
+  std::lock_guard<std::mutex> lock(onEnd_->mutex);
+  onEnd_->f = nullptr;
 }
 
 int nearestNetDevice(const std::vector<NetProperties>& devs, const std::vector<std::string>& busIds) {

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,13 @@ class ConnectorFactory {
   // Only waits on that rank fail (after asking once more for what it wrote
   // before it ended): ranks may leave at different times.
   const std::atomic<bool>* peerEnded() const { return ended_.get(); }
+  // While watching: also calls `f(rank)` for each watched peer whose
+  // process ended, now for those that ended already and then from the
+  // watching thread as they end (so `f` must be quick; it may be called
+  // twice for a rank), until stopCallingOnPeerEnd(). One `f` at a time.
+  // The GPU engine passes these on to its kernels.
+  void callOnPeerEnd(std::function<void(int)> f);
+  void stopCallingOnPeerEnd();
 
   // The first failure of a net connector ("" / ok when none).
   Status netError() const { return sink_->first(); }
@@ -102,6 +111,11 @@ class ConnectorFactory {
   int numa_ = -1;
   std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
   std::unique_ptr<std::atomic<bool>[]> ended_;   // per rank; null when not watching
+  struct PeerEndHook {
+    std::mutex mutex;
+    std::function<void(int)> f;  // callOnPeerEnd's
+  };
+  std::shared_ptr<PeerEndHook> onEnd_ = std::make_shared<PeerEndHook>();
   std::unique_ptr<ProcessWatch> processWatch_;  // after ended_: stops before it goes
 };
 

@@ -64,6 +64,11 @@ bool peerWritable(const void* buf, int device) {
   return false;
 }
 
+// Raises the kernels' abort flag (keeping its other bits): every wait ends.
+void raiseAbort(int32_t* flag) {
+  __atomic_fetch_or(flag, device::kDevAbortRaised, __ATOMIC_SEQ_CST);
+}
+
 uint32_t ringTag(int c) { return 0x47520000u + 4u * static_cast<uint32_t>(c); }
 uint32_t treeTag(int c, bool up) { return 0x47540000u + 8u * static_cast<uint32_t>(c) + (up ? 0u : 4u); }
 uint32_t peerTag(int c) { return 0x47500000u + 4u * static_cast<uint32_t>(c); }
@@ -124,7 +129,7 @@ class GpuEngineImpl final : public GpuEngine {
   Status p2p(const std::vector<P2pOp>& ops, void* stream) override;
   Status stage(const void* src, size_t bytes, void* stream, const void** out) override;
   void abort() override {
-    if (abortFlag_ != nullptr) *const_cast<volatile int32_t*>(abortFlag_) = 1;
+    if (abortFlag_ != nullptr) raiseAbort(abortFlag_);
   }
   Status deviceStatus() const override;
   int maxChannels() const override { return kDevMaxChannels; }
@@ -229,6 +234,7 @@ class GpuEngineImpl final : public GpuEngine {
   device::DevCtx ctx() const {
     device::DevCtx c;
     c.abort = abortFlag_;
+    c.ended = ended_;
     c.status = status_;
     c.timeoutNs = static_cast<uint64_t>(comm_->stallTimeoutSeconds() * 1e9);
     return c;
@@ -241,7 +247,8 @@ class GpuEngineImpl final : public GpuEngine {
   std::vector<int> others_;      // every rank but this one: a one-shot's peers
   uint64_t netWatch_ = 0;        // the net error sink's call that raises the abort flag
   hipStream_t setup_ = nullptr;           // non-blocking, never captured: setup work only
-  int32_t* abortFlag_ = nullptr;          // host-mapped
+  int32_t* abortFlag_ = nullptr;          // host-mapped: device::kDevAbortRaised, kDevSomePeerEnded
+  uint8_t* ended_ = nullptr;              // host-mapped, per rank: its process ended (DevCtx::ended)
   device::DevStatus* status_ = nullptr;   // host-mapped
   std::vector<std::unique_ptr<ChannelEnds>> channels_;
   int ringConnected_ = 0, treeConnected_ = 0;
@@ -396,8 +403,23 @@ Status GpuEngineImpl::init() {
   // wait for the stall timeout); deviceStatus() then reports its cause.
   if (hosts.size() > 1) {
     int32_t* flag = abortFlag_;
-    netWatch_ =
-        comm_->connectors().errorSink().callOnFailure([flag] { *const_cast<volatile int32_t*>(flag) = 1; });
+    netWatch_ = comm_->connectors().errorSink().callOnFailure([flag] { raiseAbort(flag); });
+  }
+  // So does the end of a peer process of this host (the communicator
+  // watches them): the waits on that rank fail, after one more look for
+  // what it wrote before it ended; deviceStatus() names it.
+  if (comm_->connectors().peerEnded() != nullptr) {
+    BRAID_CHECK(
+        gpuCheck(hipHostMalloc(&mapped, static_cast<size_t>(n), hipHostMallocMapped | hipHostMallocPortable),
+                 "allocating the kernels' table of ended peers"));
+    std::memset(mapped, 0, static_cast<size_t>(n));
+    ended_ = static_cast<uint8_t*>(mapped);
+    int32_t* flag = abortFlag_;
+    uint8_t* ended = ended_;
+    comm_->connectors().callOnPeerEnd([flag, ended](int rank) {
+      __atomic_store_n(&ended[rank], uint8_t{1}, __ATOMIC_RELEASE);
+      __atomic_fetch_or(flag, device::kDevSomePeerEnded, __ATOMIC_SEQ_CST);
+    });
   }
   void* table = nullptr;
   BRAID_CHECK(gpuCheck(hipMalloc(&table, sizeof(DevChannel) * kDevMaxChannels), "allocating channel tables"));
@@ -418,6 +440,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   // every wait ends at the abort flag or the timeout, so this returns.
   (void)hipSetDevice(device_);
   if (netWatch_ != 0) comm_->connectors().errorSink().stopCalling(netWatch_);
+  if (ended_ != nullptr) comm_->connectors().stopCallingOnPeerEnd();
   if (comm_->abortFlag().load()) abort();
   (void)hipDeviceSynchronize();
   lsa_.reset();
@@ -437,6 +460,7 @@ GpuEngineImpl::~GpuEngineImpl() {
   if (sync_ != nullptr) (void)hipFree(sync_);
   if (setup_ != nullptr) (void)hipStreamDestroy(setup_);
   if (abortFlag_ != nullptr) (void)hipHostFree(abortFlag_);
+  if (ended_ != nullptr) (void)hipHostFree(ended_);
 }
 
 Status GpuEngineImpl::upload(void* dst, const void* src, size_t bytes, const char* what) {
@@ -603,26 +627,27 @@ Status GpuEngineImpl::deviceStatus() const {
                         "(ncclCommWindowRegister): every rank must pass its buffers at the same offsets "
                         "of the same windows");
   }
-  if (s.waitingFor == 4) {
-    return remoteError("a GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ", s.channel,
-                       " for rank ", s.peer, " to post the receive of a large send (step ", s.step,
-                       "); that rank may be stuck or may not receive it");
+  std::string what;  // what the failed wait waited for from rank s.peer
+  switch (s.waitingFor) {
+    case 1: what = strCat("to free a slot (step ", s.step, ")"); break;
+    case 2: what = strCat("to enter zero-copy collective #", s.step); break;
+    case 3: what = strCat("to finish zero-copy collective #", s.step); break;
+    case 4: what = strCat("to post the receive of a large send (step ", s.step, ")"); break;
+    case 5: what = strCat("to start its part of a ring collective (step ", s.step, ")"); break;
+    default: what = strCat("to send data (step ", s.step, ")"); break;
   }
-  if (s.waitingFor == 5) {
-    return remoteError("a GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ", s.channel,
-                       " for rank ", s.peer, " to start its part of a ring collective (step ", s.step,
-                       "); that rank may be stuck or may not have called it");
+  if (s.code == device::kDevPeerEnded) {
+    return remoteError("the process of rank ", s.peer, " ended while a GPU kernel waited on channel ",
+                       s.channel, " for it ", what);
   }
-  if (s.waitingFor >= 2) {
-    return remoteError("a zero-copy GPU kernel waited ", comm_->stallTimeoutSeconds(), " s on channel ",
-                       s.channel, " for rank ", s.peer, s.waitingFor == 2 ? " to enter" : " to finish",
-                       " collective #", s.step,
-                       "; that rank may have died, be stuck, or have passed buffers "
-                       "outside its windows (and run another algorithm)");
-  }
+  const char* why = s.waitingFor == 4   ? "that rank may be stuck or may not receive it"
+                    : s.waitingFor == 5 ? "that rank may be stuck or may not have called it"
+                    : s.waitingFor >= 2
+                        ? "that rank may have died, be stuck, or have passed buffers outside its "
+                          "windows (and run another algorithm)"
+                        : "that rank may have died or be stuck";
   return remoteError("a GPU kernel made no progress for ", comm_->stallTimeoutSeconds(), " s on channel ",
-                     s.channel, " waiting for rank ", s.peer, s.waitingFor ? " to free a slot" : " to send data",
-                     " (step ", s.step, "); that rank may have died or be stuck");
+                     s.channel, " waiting for rank ", s.peer, " ", what, "; ", why);
 }
 
 void GpuEngineImpl::plan(const CollArgs& a, const TuneChoice& choice, device::DevAlgo* algo, int* nch) const {

@@ -11,8 +11,10 @@
 // reach it in matching sends and receives.
 //
 // Every launch is asynchronous on the caller's stream. Kernels watch an
-// abort flag in host-mapped memory (raised by ncclCommAbort) and report a
-// wait that timed out in a host-mapped status the host polls
+// abort word in host-mapped memory (raised by ncclCommAbort and a failed
+// net connector; a second bit, with a table of ranks, when the process of
+// a peer of this host ends) and report a wait that failed (timed out,
+// aborted, its peer's process gone) in a host-mapped status the host polls
 // (ncclCommGetAsyncError). Built in the cuda and hip flavors; the host
 // flavor's create() says the library was built without GPU support.
 #pragma once

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1491,6 +1492,26 @@ std::string joinWithOneAllReduce(int device, int rank, int nranks, const ncclUni
   return err;
 }
 
+// An in-place all-reduce of `count` floats on `comm` where every rank
+// puts in its rank + 1: "" if every sum comes out exact.
+std::string exactAllReduce(ncclComm_t comm, void* buf, size_t count, hipStream_t stream, const char* what) {
+  int rank = 0, nranks = 0;
+  std::string err = check(ncclCommUserRank(comm, &rank), "ncclCommUserRank");
+  if (err.empty()) err = check(ncclCommCount(comm, &nranks), "ncclCommCount");
+  std::vector<float> h(count, static_cast<float>(rank + 1));
+  if (err.empty())
+    err = hipCheck(hipMemcpy(buf, h.data(), count * sizeof(float), hipMemcpyHostToDevice), "upload");
+  if (err.empty()) err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream), what);
+  if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
+  if (err.empty())
+    err = hipCheck(hipMemcpy(h.data(), buf, count * sizeof(float), hipMemcpyDeviceToHost), "download");
+  const float want = static_cast<float>(nranks * (nranks + 1) / 2);
+  for (size_t i = 0; i < count && err.empty(); ++i) {
+    if (h[i] != want) err = strCat(what, " gave ", h[i], " at ", i, " where ", want, " was expected");
+  }
+  return err;
+}
+
 // The default choice (the one-shot at this size with 2 ranks, Ring with
 // more), and the ring's LL128 wait (on GPUs that qualify; elsewhere the
 // selector's choice).
@@ -1605,20 +1626,7 @@ TEST(GpuRevoke, ReleasesAKernelWaitingForAPeerThenSplits) {
         }
         ncclComm_t child = nullptr;
         err = check(ncclCommSplit(comm, 0, rank, &child, nullptr), "splitting the revoked communicator");
-        std::vector<float> h(count, static_cast<float>(rank + 1));
-        if (err.empty())
-          err = hipCheck(hipMemcpy(buf, h.data(), count * sizeof(float), hipMemcpyHostToDevice), "upload");
-        if (err.empty())
-          err = check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, child, stream),
-                      "the child's all-reduce");
-        if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
-        if (err.empty())
-          err = hipCheck(hipMemcpy(h.data(), buf, count * sizeof(float), hipMemcpyDeviceToHost), "download");
-        const float want = static_cast<float>(nranks * (nranks + 1) / 2);
-        for (size_t i = 0; i < count && err.empty(); ++i) {
-          if (h[i] != want)
-            err = strCat("the child's all-reduce gave ", h[i], " at ", i, " where ", want, " was expected");
-        }
+        if (err.empty()) err = exactAllReduce(child, buf, count, stream, "the child's all-reduce");
         if (child != nullptr) err += check(ncclCommDestroy(child), "destroying the child");
         err += check(ncclCommDestroy(comm), "destroying the revoked communicator");
         (void)hipFree(buf);
@@ -1738,6 +1746,127 @@ TEST(GpuMultiHostFault, ARankOfTheOtherHostDiesMidCollective) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].report, "");
 }
+
+// --- (j2): a rank of this host dies -------------------------------------------
+
+// Three ranks (with one GPU, all three share it). Rank 2 starts the second
+// collective at once and is killed 0.5 s later, while its kernel waits for
+// the others, which start theirs after 1 s. (An all-to-all's rank 2 would
+// have sent its whole part by then, leaving the survivors nothing to wait
+// for: it never starts the second one and is killed 0.5 s into theirs.)
+// The host watches its peers' processes: every survivor whose kernel waits
+// on rank 2 itself -- all of them in a one-shot all-reduce and an
+// all-to-all; in a ring, at least the rank after rank 2 on channel 0's
+// ring -- must end with ncclRemoteError "the process of rank 2 ended ..."
+// within seconds (the stall timeout is 60 s), after taking what rank 2
+// wrote before it died; the time is printed. A survivor that waits only on
+// another survivor has no error yet. Then the survivors shrink the
+// communicator without rank 2 (NCCL_SHRINK_ABORT ends a kernel still
+// waiting) and the shrunk all-reduce must be exact: the death left their
+// GPU contexts working.
+struct PeerDeathCase {
+  const char* name;
+  std::vector<std::string> env;
+  bool allToAll = false;  // else an all-reduce
+  bool ring = false;      // only the rank after rank 2 on the ring surely waits on it
+};
+void PrintTo(const PeerDeathCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class GpuPeerDeath : public ::testing::TestWithParam<PeerDeathCase> {};
+
+TEST_P(GpuPeerDeath, ARankOfThisHostDiesMidCollective) {
+  BRAID_NEED_A_GPU(one);
+  using Clock = std::chrono::steady_clock;
+  const PeerDeathCase c = GetParam();
+  const GpuRanks g{3, std::min(one.gpus, 3)};
+  std::vector<std::string> env = kEnv;
+  for (const std::vector<std::string>& more : {g.env(), c.env})
+    env.insert(env.end(), more.begin(), more.end());
+  constexpr int kDead = 2;
+  RootProcess root = startRootProcess({"BRAID_BACKEND=host"});
+  auto out = runRanks(
+      g.ranks,
+      [&](int rank, int nranks) -> std::string {
+        JoinedRank j;
+        j.count = size_t{16} << 20;  // 64 MiB: more than a ring's connectors hold
+        std::string err = joinWithOneAllReduce(g.deviceOf(rank), rank, nranks, root.id, &j);
+        if (!err.empty()) return err;
+        auto [stream, comm, buf, count] = j;
+        void* recv = buf;
+        if (c.allToAll) err = hipCheck(hipMalloc(&recv, count * sizeof(float)), "hipMalloc");
+        if (!err.empty()) return err;
+        auto second = [&] {
+          return c.allToAll
+                     ? ncclAlltoAll(buf, recv, count / static_cast<size_t>(nranks), ncclFloat32, comm, stream)
+                     : ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream);
+        };
+        if (c.allToAll) {  // connects the peer channels, so the kernels are what wait below
+          err = check(second(), "the first all-to-all");
+          if (err.empty()) err = hipCheck(hipStreamSynchronize(stream), "hipStreamSynchronize");
+          if (!err.empty()) return err;
+        }
+        if (rank == kDead) {
+          if (!c.allToAll) err = check(second(), "rank 2's second collective");
+          if (!err.empty()) return err;
+          std::this_thread::sleep_for(std::chrono::milliseconds(c.allToAll ? 1500 : 500));
+          raise(SIGKILL);
+        }
+        // Must this rank's kernel wait on rank 2?
+        const std::vector<int>& ring = static_cast<Communicator*>(comm)->schedule().rings[0];
+        const size_t at = static_cast<size_t>(std::find(ring.begin(), ring.end(), kDead) - ring.begin());
+        const bool waitsOnIt = !c.ring || ring[(at + 1) % ring.size()] == rank;
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        const auto t0 = Clock::now();
+        err = check(second(), "the second collective");
+        if (!err.empty()) return err;
+        ncclResult_t async = ncclSuccess;
+        while (async == ncclSuccess && Clock::now() - t0 < std::chrono::seconds(10)) {
+          if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) return "ncclCommGetAsyncError failed";
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        const std::string last = async == ncclSuccess ? "" : ncclGetLastError(comm);
+        const hipError_t state = gpusweep::streamQuery(stream);
+        std::fprintf(stderr, "[ peer death ] rank %d (%s): %s after %.3f s, its stream: %s: %s\n", rank,
+                     waitsOnIt ? "waits on rank 2" : "may wait on a survivor", ncclGetErrorString(async),
+                     secs, state == gpusweep::kNotReady ? "still running" : hipGetErrorString(state),
+                     last.c_str());
+        if (async == ncclSuccess && waitsOnIt) {
+          err = "no error 10 s after rank 2 died, while waiting on it (the stall timeout is 60 s)";
+        } else if (async != ncclSuccess && (async != ncclRemoteError ||
+                                            last.find("the process of rank 2 ended") == std::string::npos)) {
+          err = strCat("the error is ", ncclGetErrorString(async), " (", last,
+                       "), not ncclRemoteError naming the end of rank 2's process");
+        }
+        // The job goes on without rank 2.
+        int exclude[] = {kDead};
+        ncclComm_t small = nullptr;
+        std::string shrunk =
+            check(ncclCommShrink(comm, exclude, 1, &small, nullptr, NCCL_SHRINK_ABORT), "ncclCommShrink");
+        if (shrunk.empty())
+          shrunk = exactAllReduce(small, buf, count, stream, "the shrunk communicator's all-reduce");
+        err += shrunk;
+        if (small != nullptr) err += check(ncclCommDestroy(small), "destroying the shrunk communicator");
+        ncclCommAbort(comm);
+        if (recv != buf) (void)hipFree(recv);
+        (void)hipFree(buf);
+        return err + hipCheck(hipStreamDestroy(stream), "hipStreamDestroy");
+      },
+      120, env);
+  ASSERT_EQ(out.size(), 3u);
+  for (int r = 0; r < kDead; ++r) EXPECT_EQ(out[static_cast<size_t>(r)].report, "") << "rank " << r;
+  EXPECT_FALSE(out[kDead].exited) << "rank 2 was to be killed";
+}
+INSTANTIATE_TEST_SUITE_P(
+    Waits, GpuPeerDeath,
+    ::testing::Values(PeerDeathCase{"OneShot", {"NCCL_ALGO=Direct"}},
+                      PeerDeathCase{"RingSimple", {"NCCL_ALGO=Ring", "NCCL_PROTO=Simple"}, false, true},
+                      PeerDeathCase{"RingLL", {"NCCL_ALGO=Ring", "NCCL_PROTO=LL"}, false, true},
+                      PeerDeathCase{"RingLL128", {"NCCL_ALGO=Ring", "NCCL_PROTO=LL128"}, false, true},
+                      PeerDeathCase{"AllToAll", {}, true}),
+    [](const ::testing::TestParamInfo<PeerDeathCase>& p) { return std::string(p.param.name); });
 
 // --- (k): a send and its receive of different sizes ---------------------------
 

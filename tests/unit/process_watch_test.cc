@@ -1,7 +1,8 @@
 // Watching other processes (platform/process_watch.h) with real children:
 // each watch hears of each of its processes' end once, watches of the same
 // process share it, a stopped watch hears nothing, and a process that is
-// gone already is an error.
+// gone already is an error. Then the communicator's use of it
+// (core/connectors.h), which the GPU engine hooks into.
 #include "platform/process_watch.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,9 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
+
+#include "core/connectors.h"
 
 namespace braid {
 namespace {
@@ -72,6 +76,47 @@ TEST(ProcessWatch, AProcessGoneAlreadyIsAnError) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("has already ended"), std::string::npos) << s.message();
   EXPECT_EQ(w, nullptr);
+}
+
+// Which ranks a communicator watches (peers of this host in other
+// processes), and its hook: a rank that ended before the hook was set is
+// passed on when it is set, one that ends later from the watching thread,
+// and none after stopCallingOnPeerEnd().
+TEST(ConnectorFactoryWatch, PassesPeerEndsOnToItsHook) {
+  const pid_t a = sleeper(), b = sleeper(), c = sleeper();
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  ASSERT_GT(c, 0);
+  std::atomic<bool> abort{false};
+  std::vector<PeerPlace> peers = {
+      {true, true, true, getpid(), "rank 0 (this process)"},
+      {true, false, true, a, "rank 1"},
+      {true, false, true, b, "rank 2"},
+      {false, false, false, c, "rank 3 (another host: its pid means nothing here)"},
+      {true, false, true, c, "rank 4"}};
+  ConnectorFactory f(nullptr, peers, &abort, 1.0);
+  f.watchPeerProcesses();
+  const std::atomic<bool>* ended = f.peerEnded();
+  ASSERT_NE(ended, nullptr);
+  auto endedSoon = [ended](int r) {
+    for (int i = 0; i < 500 && !ended[r].load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return ended[r].load();
+  };
+  end(a);
+  ASSERT_TRUE(endedSoon(1));
+  std::atomic<int> heard{0};  // a bit per rank
+  f.callOnPeerEnd([&heard](int r) { heard |= 1 << r; });
+  EXPECT_EQ(heard.load(), 1 << 1) << "rank 1 ended before the hook was set";
+  end(b);
+  EXPECT_TRUE(soon(heard, (1 << 1) | (1 << 2)));
+  f.stopCallingOnPeerEnd();
+  end(c);
+  EXPECT_TRUE(endedSoon(4));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(heard.load(), (1 << 1) | (1 << 2)) << "a stopped hook heard of rank 4";
+  EXPECT_FALSE(ended[0].load());
+  EXPECT_FALSE(ended[3].load()) << "a rank of another host was watched";
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ struct DevChannel {
 // host reads the fields only after a final code, so it never reports a
 // failure with fields not yet written.
 struct DevStatus {
-  int32_t code;     // kDevOk, kDevClaimed, kDevAborted, kDevTimedOut, kDevMismatch
+  int32_t code;     // kDevOk, kDevClaimed, kDevAborted, kDevTimedOut, kDevMismatch, kDevPeerEnded
   int32_t channel;  // the block (channel) that failed first
   int32_t peer;     // the rank it waited for
   // 0: data (tail or LL flags), 1: a free slot (head); zero-copy: 2 a peer
@@ -52,12 +52,22 @@ struct DevStatus {
 // kDevMismatch: a zero-copy peer runs another collective, or passed its
 // buffers at other offsets in its windows; waiting for 0 (data): a
 // point-to-point step's size differs from the receive's (checkSizes).
-constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2, kDevMismatch = 3, kDevClaimed = -1;
+// kDevPeerEnded: the process of the rank waited for ended (a rank of this
+// host in another process; the host watches them, core/connectors.h).
+constexpr int32_t kDevOk = 0, kDevAborted = 1, kDevTimedOut = 2, kDevMismatch = 3, kDevPeerEnded = 4,
+                  kDevClaimed = -1;
+
+// The bits of DevCtx::abort: ncclCommAbort (or a failed net connector)
+// ends every wait; kDevSomePeerEnded sends a wait to DevCtx::ended.
+constexpr int32_t kDevAbortRaised = 1, kDevSomePeerEnded = 2;
 
 struct DevCtx {
-  const volatile int32_t* abort = nullptr;  // host-mapped: raised by ncclCommAbort
-  DevStatus* status = nullptr;              // host-mapped
-  uint64_t timeoutNs = 0;                   // a wait making no progress this long fails
+  const volatile int32_t* abort = nullptr;  // host-mapped: kDevAbortRaised, kDevSomePeerEnded
+  // Host-mapped, one byte per rank: nonzero once the rank's process ended
+  // (null where no peer process is watched).
+  const volatile uint8_t* ended = nullptr;
+  DevStatus* status = nullptr;  // host-mapped
+  uint64_t timeoutNs = 0;       // a wait making no progress this long fails
 };
 
 enum class DevAlgo : int32_t { Ring = 0, Tree = 1, Direct = 2, TwoShot = 3 };

@@ -21,10 +21,12 @@
 // and writes lines with the flag to the next rank; no fence.
 //
 // Waits are bounded: every 1024 polls a waiting thread reads the abort
-// flag (host-mapped) and the clock; abort or no progress for the timeout
-// records the wait in the host-mapped status, raises the block's failure
-// flag, and from then on every call of every primitives object of the
-// block returns at once, so the kernel ends. Failure decisions are made
+// flag (host-mapped) and the clock; abort, the end of the process of the
+// rank it waits for (after one more look for what that rank wrote before
+// it ended) or no progress for the timeout records the wait in the
+// host-mapped status, raises the block's failure flag, and from then on
+// every call of every primitives object of the block returns at once, so
+// the kernel ends. Failure decisions are made
 // with block-wide votes, so every thread takes the same branch.
 #pragma once
 
@@ -98,14 +100,29 @@ __device__ inline void recordWaitFailure(const DevCtx& ctx, volatile int* sFail,
   }
 }
 
+// *start once a wait saw its peer's process ended: its next check fails.
+constexpr uint64_t kDevPeerEndedSeen = ~uint64_t(0);
+
 // A bounded wait's periodic check: true (failure recorded) once the abort
-// flag is raised or the wait has made no progress for the timeout since
-// *start (0: starts the clock).
+// flag is raised, the wait has made no progress for the timeout since
+// *start (0: starts the clock), or at the check after the one that saw the
+// process of the rank it waits for ended: the polls between look once more
+// for what that rank wrote before it ended (a rank may finish its part and
+// leave before its peers finish theirs).
 __device__ inline bool waitMustStop(const DevCtx& ctx, volatile int* sFail, uint64_t* start,
                                     const DevWait& w) {
   int32_t code = kDevOk;
-  if (*ctx.abort != 0) {
+  const int32_t flags = *ctx.abort;
+  if ((flags & kDevAbortRaised) != 0) {
     code = kDevAborted;
+  } else if ((flags & kDevSomePeerEnded) != 0 && ctx.ended != nullptr && w.peer >= 0 &&
+             ctx.ended[w.peer] != 0) {
+    if (*start != kDevPeerEndedSeen) {
+      __threadfence_system();  // the polls that follow read what it wrote before it ended
+      *start = kDevPeerEndedSeen;
+      return false;
+    }
+    code = kDevPeerEnded;
   } else {
     const uint64_t now = nanoseconds();
     if (*start == 0) {
