@@ -1793,7 +1793,11 @@ TEST_P(GpuPeerDeath, ARankOfThisHostDiesMidCollective) {
         j.count = size_t{16} << 20;  // 64 MiB: more than a ring's connectors hold
         std::string err = joinWithOneAllReduce(g.deviceOf(rank), rank, nranks, root.id, &j);
         if (!err.empty()) return err;
-        auto [stream, comm, buf, count] = j;
+        // Plain variables, not a structured binding: the lambda below captures them.
+        hipStream_t stream = j.stream;
+        ncclComm_t comm = j.comm;
+        void* buf = j.buf;
+        const size_t count = j.count;
         void* recv = buf;
         if (c.allToAll) err = hipCheck(hipMalloc(&recv, count * sizeof(float)), "hipMalloc");
         if (!err.empty()) return err;
