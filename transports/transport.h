@@ -45,8 +45,15 @@ inline const char* protocolName(Protocol p) {
     default: return "LL128";
   }
 }
-// Bytes of one LL slot (units); it carries kLLSlotBytes / 2 - 4 data bytes.
+// Bytes of one host LL slot: an 8-byte header unit (flag = step + 1 in the
+// high half, the byte count in the low half), then the data, packed: in the
+// header's cache line when it fits there (up to 56 bytes), else from the
+// next line on, so that larger steps are copied line-aligned. A slot
+// carries kLLSlotBytes - 64 data bytes.
 constexpr size_t kLLSlotBytes = 16384;
+constexpr size_t llDataOffset(size_t bytes) {
+  return bytes <= 56 ? 8 : 64;
+}
 
 struct alignas(64) ConnectorCounters {
   std::atomic<uint64_t> tail{0};  // written by the sender
@@ -95,8 +102,13 @@ struct Connector {
     return reinterpret_cast<SlotHeader*>(slots + (s % kConnectorSteps) * (sizeof(SlotHeader) + slotBytes));
   }
   char* payload(uint64_t s) const { return reinterpret_cast<char*>(header(s)) + sizeof(SlotHeader); }
-  std::atomic<uint64_t>* llUnits(uint64_t s) const {
+  // LL slot of step s: the header unit, stored last with release, and
+  // where a step of `bytes` data bytes puts them.
+  std::atomic<uint64_t>* llHeader(uint64_t s) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(llSlots + (s % kConnectorSteps) * kLLSlotBytes);
+  }
+  char* llData(uint64_t s, size_t bytes) const {
+    return llSlots + (s % kConnectorSteps) * kLLSlotBytes + llDataOffset(bytes);
   }
 
   static Connector over(void* memory, size_t slotBytes) {

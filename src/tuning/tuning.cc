@@ -121,13 +121,15 @@ IntParam paramMaxChannels(
 
 // Host backend constants (microseconds, bytes per microsecond and channel),
 // from the 2-rank sweeps: Ring/Simple 8 B 1.0 us and 128 KiB 15.7 us,
-// Direct/Simple 8 B 0.58 us, 4 KiB 1.7 us and 128 KiB 21.6 us, Direct/LL 8 B 0.49 us
-// and 4 KiB 4.3 us: LL only pays below ~48 bytes.
+// Direct/Simple 8 B 0.58 us, 4 KiB 1.7 us and 128 KiB 21.6 us. Direct/LL
+// (data packed after the header unit, 2026-12-06) 8 B 0.43-0.50 us, 2 KiB
+// 0.85-1.0 us, 8 KiB 1.3-2.1 us: LL pays up to about 3 KiB, while every
+// rank has a core (with ranks taking turns a step costs the same either way).
 struct ProtoCost {
   double stepUs;
   double bytesPerUs;
 };
-constexpr ProtoCost kHostCost[] = {{0.50, 9000.0} /* Simple */, {0.46, 1600.0} /* LL */};
+constexpr ProtoCost kHostCost[] = {{0.50, 9000.0} /* Simple */, {0.43, 7600.0} /* LL */};
 // With more ranks than cores a step waits for the peer to be scheduled
 // (4 ranks on 2 cores: Ring/Simple 8 B takes 50 us for 6 steps).
 constexpr double kOversubscribedStepUs = 8.0;

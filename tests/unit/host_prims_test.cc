@@ -97,6 +97,40 @@ TEST(HostPrims, RingAllReduceSimpleAndLL) {
   ringAllReduceCase<Protocol::Simple>(2, 0, 64);
 }
 
+// An LL step carries its data in the header's cache line up to 56 bytes and
+// from the next line on above: every count across that boundary, odd ones,
+// and a full slot, in one stream of steps that wraps the FIFO many times.
+TEST(HostPrims, LLStepsOfEverySizeArriveWhole) {
+  Fabric fabric(256);
+  std::vector<size_t> sizes;
+  for (size_t b = 0; b <= 130; ++b) sizes.push_back(b);
+  const size_t full =
+      HostPrims<uint8_t, OpSum, Protocol::LL>(PeerConnector{}, PeerConnector{}, context()).maxElems();
+  for (size_t b : {full - 1, full, size_t{4097}, size_t{8}}) sizes.push_back(b);
+  auto byte = [](size_t step, size_t i) { return static_cast<uint8_t>(step * 31 + i * 7 + 1); };
+  Status status[2];
+  size_t wrong = 0;
+  runThreads(2, [&](int r) {
+    HostPrims<uint8_t, OpSum, Protocol::LL> p(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r), context());
+    std::vector<uint8_t> buf(full);
+    for (size_t k = 0; k < sizes.size() && !p.failed(); ++k) {
+      if (r == 0) {
+        for (size_t i = 0; i < sizes[k]; ++i) buf[i] = byte(k, i);
+        p.send(buf.data(), sizes[k]);
+      } else {
+        std::fill(buf.begin(), buf.end(), 0);
+        p.recv(buf.data(), sizes[k]);
+        for (size_t i = 0; i < sizes[k]; ++i) wrong += buf[i] != byte(k, i);
+      }
+    }
+    status[r] = p.status();
+  });
+  ASSERT_TRUE(status[0].ok()) << status[0].message();
+  ASSERT_TRUE(status[1].ok()) << status[1].message();
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(full, kLLSlotBytes - 64);
+}
+
 // Tree all-reduce over the chain/tree of `nodeOf`, with PreMulSum.
 template <Protocol P>
 void treeCase(const std::vector<int>& nodeOf, int tree, size_t count) {

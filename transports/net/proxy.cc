@@ -18,9 +18,10 @@ namespace {
 // The Net tag of a message says which region of the slot it fills.
 constexpr uint32_t kTagSimple = 1, kTagLL = 2;
 
+// An LL step on the wire: its slot from the header unit to the data's end.
 size_t llMessageBytes(uint64_t headerUnit) {
-  const uint64_t bytes = headerUnit & 0xffffffffu;
-  return 8 * (1 + (bytes + 3) / 4);
+  const size_t bytes = headerUnit & 0xffffffffu;
+  return llDataOffset(bytes) + bytes;
 }
 
 }  // namespace
@@ -288,10 +289,10 @@ bool NetProxy::progressRecv(Conn* c) {
 
 Status NetProxy::stepToSend(Conn* c, uint64_t s, const void** data, size_t* size, uint32_t* tag) {
   Connector& k = c->c;
-  std::atomic<uint64_t>* units = k.llUnits(s);
-  const uint64_t u0 = units[0].load(std::memory_order_acquire);
-  if ((u0 >> 32) == ((s + 1) & 0xffffffffu)) {  // an LL step: send the units it used
-    *data = units;
+  std::atomic<uint64_t>* header = k.llHeader(s);
+  const uint64_t u0 = header->load(std::memory_order_acquire);
+  if ((u0 >> 32) == ((s + 1) & 0xffffffffu)) {  // an LL step: send its header and data
+    *data = header;
     *size = llMessageBytes(u0);
     *tag = kTagLL;
     if (*size > kLLSlotBytes) {
@@ -318,14 +319,10 @@ Status NetProxy::deliverStep(Conn* c, uint64_t s, const char* src, size_t size, 
         llMessageBytes(u0) != size) {
       return remoteError("a malformed LL step ", s, " arrived (", size, " bytes)");
     }
-    // Data units first, the header unit last (release), as a local sender would.
-    std::atomic<uint64_t>* units = k.llUnits(s);
-    for (size_t u = 1; u < size / 8; ++u) {
-      uint64_t v;
-      std::memcpy(&v, src + 8 * u, 8);
-      units[u].store(v, std::memory_order_relaxed);
-    }
-    units[0].store(u0, std::memory_order_release);
+    // The data first, the header unit last (release), as a local sender would.
+    const size_t bytes = u0 & 0xffffffffu;
+    std::memcpy(k.llData(s, bytes), src + llDataOffset(bytes), bytes);
+    k.llHeader(s)->store(u0, std::memory_order_release);
     return okStatus();
   }
   if (tag != kTagSimple || size < sizeof(SlotHeader) || size > sizeof(SlotHeader) + k.slotBytes) {

@@ -95,13 +95,6 @@ inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char
                      "); that rank may have died or be stuck");
 }
 
-// Per-thread staging for LL steps: LL slots interleave data and flags, so
-// data is packed from and unpacked into here. Grows once, never shrinks.
-inline char* llStaging(size_t bytes) {
-  thread_local std::vector<uint64_t> buffer;
-  if (buffer.size() * 8 < bytes) buffer.resize((bytes + 7) / 8);
-  return reinterpret_cast<char*>(buffer.data());
-}
 // Per-thread room where a step's reduction is computed before it is copied
 // into the slots (see step()); page-aligned, so glibc's memcpy from it
 // takes its fast path. Grows once, never shrinks, freed when the thread ends.
@@ -123,8 +116,7 @@ inline char* reduceScratch(size_t bytes) {
 template <typename T, typename Op, Protocol P = Protocol::Simple>
 class HostPrims {
   static_assert(P == Protocol::Simple || P == Protocol::LL, "the host speaks Simple and LL");
-  static constexpr size_t kLLDataBytes = (kLLSlotBytes / 8 - 1) * 4;       // one header unit per slot
-  static constexpr size_t kLLStageStride = (kLLDataBytes + 63) / 64 * 64;  // staging areas stay aligned
+  static constexpr size_t kLLDataBytes = kLLSlotBytes - llDataOffset(kLLSlotBytes);
 
  public:
   // `localPos` is where the rank's own input goes among the received
@@ -198,7 +190,7 @@ class HostPrims {
     T* out[kMaxPrimsPeers];
     const int nout = toSend ? s1 - s0 : 0;
     for (int k = 0; k < nout; ++k) {
-      if ((out[k] = acquireSend(s0 + k)) == nullptr) return;
+      if ((out[k] = acquireSend(s0 + k, n)) == nullptr) return;
     }
     // Reduce into one destination, then copy to the others. Not one pass
     // storing to the user's buffer and the slot together (reduceInto2): on
@@ -232,7 +224,7 @@ class HostPrims {
     if (stream && target != dst) streamElems(dst, target, n);
     for (int k = 0; k < nout; ++k) {
       if (out[k] != target && n > 0) copyElems(out[k], target, n);
-      postSend(s0 + k, out[k], n);
+      postSend(s0 + k, n);
     }
     if (fromRecv) {
       for (int i = r0; i < r1; ++i) releaseRecv(i);
@@ -285,36 +277,20 @@ class HostPrims {
     return false;
   }
 
-  T* acquireSend(int i) {
+  T* acquireSend(int i, size_t n) {
     Connector* c = sends_[i].conn;
     uint64_t step = c->step;
     if (!waitUntil([c] { return c->sendSlotFree(); }, "to free a slot", sends_[i].peer, step)) return nullptr;
-    if (P == Protocol::LL)
-      return reinterpret_cast<T*>(detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride));
-    return reinterpret_cast<T*>(c->payload(step));
+    return reinterpret_cast<T*>(P == Protocol::LL ? c->llData(step, n * sizeof(T)) : c->payload(step));
   }
 
-  void postSend(int i, const T* data, size_t n) {
+  void postSend(int i, size_t n) {
     Connector* c = sends_[i].conn;
     const uint64_t bytes = n * sizeof(T);
     if (P == Protocol::LL) {
-      // Data units first, the header unit last (release): a receiver that
-      // sees the header sees every unit.
-      std::atomic<uint64_t>* units = c->llUnits(c->step) + 1;
-      const uint64_t flag = (c->step + 1) << 32;
-      const char* p = reinterpret_cast<const char*>(data);
-      const size_t whole = bytes / 4;
-      for (size_t u = 0; u < whole; ++u) {
-        uint32_t d;
-        std::memcpy(&d, p + 4 * u, 4);
-        units[u].store(flag | d, std::memory_order_relaxed);
-      }
-      if (bytes % 4 != 0) {
-        uint32_t d = 0;
-        std::memcpy(&d, p + 4 * whole, bytes % 4);
-        units[whole].store(flag | d, std::memory_order_relaxed);
-      }
-      units[-1].store(flag | bytes, std::memory_order_release);
+      // The data is in the slot already; the header unit, stored last with
+      // release, shows it: a receiver that sees the header sees the data.
+      c->llHeader(c->step)->store(((c->step + 1) << 32) | bytes, std::memory_order_release);
     } else {
       SlotHeader* h = c->header(c->step);
       h->bytes = bytes;
@@ -328,39 +304,18 @@ class HostPrims {
     const int peer = recvs_[i].peer;
     const uint64_t step = c->step, want = n * sizeof(T);
     if (P == Protocol::LL) {
-      std::atomic<uint64_t>* units = c->llUnits(step);
+      // Waits on the header unit, which shares its cache line with the data
+      // of a small step: no counter line to read first, as Simple has.
+      const std::atomic<uint64_t>* header = c->llHeader(step);
       const uint64_t flag = (step + 1) & 0xffffffffu;
       uint64_t unit = 0;
-      auto arrived = [&](std::atomic<uint64_t>& u) {
-        unit = u.load(std::memory_order_acquire);
+      auto arrived = [&] {
+        unit = header->load(std::memory_order_acquire);
         return (unit >> 32) == flag;
       };
-      if (!waitUntil([&] { return arrived(units[0]); }, "to send data", peer, step)) return nullptr;
+      if (!waitUntil(arrived, "to send data", peer, step)) return nullptr;
       if ((unit & 0xffffffffu) != want) return mismatch(peer, unit & 0xffffffffu, step, step, want);
-      char* stage = detail::llStaging((kMaxPrimsPeers + 2) * kLLStageStride) + (1 + i) * kLLStageStride;
-      // The header was acquired after the sender wrote every unit; the flags
-      // are checked anyway, as the protocol's own guard.
-      const std::atomic<uint64_t>* data = units + 1;
-      const size_t whole = want / 4;
-      uint64_t stale = 0;
-      for (size_t u = 0; u < whole; ++u) {
-        const uint64_t v = data[u].load(std::memory_order_relaxed);
-        stale |= (v >> 32) ^ flag;
-        const uint32_t d = static_cast<uint32_t>(v);
-        std::memcpy(stage + 4 * u, &d, 4);
-      }
-      if (want % 4 != 0) {
-        const uint64_t v = data[whole].load(std::memory_order_relaxed);
-        stale |= (v >> 32) ^ flag;
-        const uint32_t d = static_cast<uint32_t>(v);
-        std::memcpy(stage + 4 * whole, &d, want % 4);
-      }
-      if (stale != 0) {
-        status_ =
-            internalError(what_(), ": LL data from rank ", peer, " at step ", step, " carries a stale flag");
-        return nullptr;
-      }
-      return reinterpret_cast<const T*>(stage);
+      return reinterpret_cast<const T*>(c->llData(step, want));
     }
     if (!waitUntil([c, step] { return c->counters->tail.load(std::memory_order_acquire) > step; },
                    "to send data", peer, step)) {
