@@ -3,7 +3,11 @@
 // sweep itself is in coll_sweep.cc, shared with the mpirun program); the same
 // on teams made by ncclCommSplit; send/recv and the collectives made of them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <ostream>
 #include <string>
@@ -94,6 +98,95 @@ INSTANTIATE_TEST_SUITE_P(
                       // One rank: every collective is a copy, streamed here.
                       AlgoCase{"Streaming1", 1, {"BRAID_HOST_STREAM_BYTES=1"}, true}),
     [](const ::testing::TestParamInfo<AlgoCase>& p) { return std::string(p.param.name); });
+
+// 64 ranks on this machine's few cores: every wait must hand the core over
+// (yield, then sleep) for the ranks it waits on to run, or a collective
+// would take scheduler ticks per step. All-reduce in and out of place,
+// all-gather, broadcast from the last rank, reduce-scatter and a
+// send/receive around the ring, each result checked exactly (int32).
+std::string oversubscribed(const ncclUniqueId& id, int rank, int n) {
+  ncclComm_t comm = nullptr;
+  std::string err = check(ncclCommInitRank(&comm, n, id, rank), "init");
+  if (!err.empty()) return err;
+  auto value = [](int r, size_t i) {
+    return static_cast<int32_t>((r * 13 + static_cast<int>(i % 1000) * 7) % 101);
+  };
+  auto bad = [&](const char* what, size_t i, int32_t got, int32_t want) {
+    return strCat(what, " element ", i, ": ", got, " instead of ", want);
+  };
+  for (size_t count : {size_t{1}, size_t{4099}}) {
+    std::vector<int32_t> in(count), out(count, -1);
+    for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
+    err = check(ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr), "all-reduce");
+    if (err.empty())
+      err = check(ncclAllReduce(in.data(), in.data(), count, ncclInt32, ncclSum, comm, nullptr), "in place");
+    for (size_t i = 0; i < count && err.empty(); ++i) {
+      int32_t want = 0;
+      for (int r = 0; r < n; ++r) want += value(r, i);
+      if (out[i] != want) err = bad("all-reduce", i, out[i], want);
+      if (in[i] != want) err = bad("in-place all-reduce", i, in[i], want);
+    }
+    if (!err.empty()) break;
+  }
+  const size_t block = 1000;
+  std::vector<int32_t> mine(block * static_cast<size_t>(n)), all(block * static_cast<size_t>(n), -1);
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = value(rank, i + 3);
+  if (err.empty())
+    err = check(ncclAllGather(mine.data(), all.data(), block, ncclInt32, comm, nullptr), "all-gather");
+  for (size_t i = 0; i < all.size() && err.empty(); ++i) {
+    const int32_t want = value(static_cast<int>(i / block), i % block + 3);
+    if (all[i] != want) err = bad("all-gather", i, all[i], want);
+  }
+  std::vector<int32_t> bcast(block);
+  for (size_t i = 0; i < block; ++i) bcast[i] = rank == n - 1 ? value(n - 1, i + 5) : -1;
+  if (err.empty())
+    err =
+        check(ncclBroadcast(bcast.data(), bcast.data(), block, ncclInt32, n - 1, comm, nullptr), "broadcast");
+  for (size_t i = 0; i < block && err.empty(); ++i) {
+    if (bcast[i] != value(n - 1, i + 5)) err = bad("broadcast", i, bcast[i], value(n - 1, i + 5));
+  }
+  std::vector<int32_t> part(block, -1);
+  if (err.empty()) {
+    err = check(ncclReduceScatter(mine.data(), part.data(), block, ncclInt32, ncclSum, comm, nullptr),
+                "reduce-scatter");
+  }
+  for (size_t i = 0; i < block && err.empty(); ++i) {
+    int32_t want = 0;
+    for (int r = 0; r < n; ++r) want += value(r, static_cast<size_t>(rank) * block + i + 3);
+    if (part[i] != want) err = bad("reduce-scatter", i, part[i], want);
+  }
+  std::vector<int32_t> got(block, -1);
+  if (err.empty()) {
+    err = check(ncclGroupStart(), "group start");
+    if (err.empty())
+      err = check(ncclSend(mine.data(), block, ncclInt32, (rank + 1) % n, comm, nullptr), "send");
+    if (err.empty())
+      err = check(ncclRecv(got.data(), block, ncclInt32, (rank + n - 1) % n, comm, nullptr), "recv");
+    if (err.empty()) err = check(ncclGroupEnd(), "group end");
+  }
+  for (size_t i = 0; i < block && err.empty(); ++i) {
+    const int32_t want = value((rank + n - 1) % n, i + 3);
+    if (got[i] != want) err = bad("recv", i, got[i], want);
+  }
+  if (!err.empty()) {
+    (void)ncclCommAbort(comm);
+    return err;
+  }
+  return check(ncclCommDestroy(comm), "destroy");
+}
+
+TEST(CollOversubscribed, SixtyFourRanksOnTheCoresProgress) {
+  std::vector<std::string> env = kEnv;
+  env.push_back("NCCL_DEBUG=WARN");
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      64, [&](int rank, int nranks) { return oversubscribed(root.id, rank, nranks); }, 240, env);
+  EXPECT_EQ(describeFailures(out), "");
+  double slowest = 0;
+  for (const RankOutcome& o : out) slowest = std::max(slowest, o.seconds);
+  std::printf("64 ranks on %ld cores: the slowest rank took %.1f s\n", sysconf(_SC_NPROCESSORS_ONLN),
+              slowest);
+}
 
 // Ranks placed round-robin on two hosts (BRAID_HOSTID; peers on the other
 // "host" go over the net transport): the channels' rings visit each host's
