@@ -11,6 +11,7 @@
 #include "core/p2p.h"
 #include "nccl.h"
 #include "util/param.h"
+#include "util/thread_scratch.h"
 
 namespace braid {
 namespace {
@@ -64,7 +65,14 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
     if (!s.ok()) comm->setAsyncError(s);
     if (first.ok() && !s.ok()) first = s;
   };
-  std::vector<P2pOp> batch;
+  // Reused per thread (cleared on the way out: the ops may own staging).
+  struct BatchTag;
+  ThreadScratch<std::vector<P2pOp>, BatchTag> scratch;
+  std::vector<P2pOp>& batch = *scratch;
+  struct Clear {
+    std::vector<P2pOp>& ops;
+    ~Clear() { ops.clear(); }
+  } clear{batch};
   size_t batchStart = *next;
   bool stopped = false;
   auto flush = [&](size_t at) {
@@ -186,15 +194,22 @@ Status groupEnd(GroupSimulation* simulate) {
     return okStatus();
   }
   // Each communicator's operations in call order; communicators in order of
-  // first use (a group rarely spans more than a few).
-  std::vector<Communicator*> order;
-  std::vector<std::vector<const Deferred*>> lists;
+  // first use (a group rarely spans more than a few). Both reused per thread.
+  struct Lists {
+    std::vector<Communicator*> order;
+    std::vector<std::vector<const Deferred*>> lists;  // the first order.size() are this group's
+  };
+  ThreadScratch<Lists, Lists> scratch;
+  std::vector<Communicator*>& order = scratch->order;
+  std::vector<std::vector<const Deferred*>>& lists = scratch->lists;
+  order.clear();
   for (const Deferred& d : pending) {
     size_t i = order.size();
     while (i > 0 && order[i - 1] != d.comm) --i;
     if (i == 0) {
       order.push_back(d.comm);
-      lists.emplace_back();
+      if (lists.size() < order.size()) lists.emplace_back();
+      lists[order.size() - 1].clear();
       i = order.size();
     }
     lists[i - 1].push_back(&d);
