@@ -28,6 +28,75 @@ BRAID_HOST_DEVICE void oneShotAllReduce(Prims& p, const T* in, T* out, size_t co
 // Most peers of a direct algorithm (both engines' primitives hold this many).
 constexpr int kDirectMaxPeers = 8;
 
+// The other collectives in one exchange, for small messages on one host
+// (the host engine; the selector does not offer them on GPUs). The
+// primitives of a rank hold only the connectors it uses: the broadcast's
+// root sends to every peer and the others receive from the root alone; the
+// reduce's root receives from every peer in rank order (its own input at its
+// own position) and the others send to the root alone. A ring passes such a
+// message through n - 1 ranks in turn, each of which must be running; here
+// every rank waits for one step of one rank (or the root for all at once).
+template <typename Prims, typename T>
+BRAID_HOST_DEVICE void directBroadcast(Prims& p, const T* in, T* out, size_t count, bool root, size_t chunk) {
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    if (root) {
+      p.copySend(in + base, out + base, len);
+    } else {
+      p.recv(out + base, len);
+    }
+  }
+}
+
+template <typename Prims, typename T>
+BRAID_HOST_DEVICE void directReduce(Prims& p, const T* in, T* out, size_t count, bool root, size_t chunk) {
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    if (root) {
+      p.recvReduceCopy(in + base, out + base, len);
+    } else {
+      p.send(in + base, len);
+    }
+  }
+}
+
+// All-gather: this rank's block to every peer at once, then every peer's
+// block from its connector (connector i is rank i, or i + 1 from this
+// rank's on, as for the one-shot all-reduce). `stride` as for the ring.
+template <typename Prims, typename T>
+BRAID_HOST_DEVICE void directAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank,
+                                       int n, size_t chunk) {
+  T* blocks[kDirectMaxPeers];
+  size_t lens[kDirectMaxPeers];
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    for (int i = 0; i < n - 1 && i < kDirectMaxPeers; ++i) {
+      blocks[i] = out + static_cast<size_t>(i < rank ? i : i + 1) * stride + base;
+      lens[i] = len;
+    }
+    p.copySend(in + base, out + static_cast<size_t>(rank) * stride + base, len);
+    p.recvEach(blocks, lens);
+  }
+}
+
+// Reduce-scatter: block p of this rank's input to rank p, then this rank's
+// block from every peer, reduced in rank order with its own.
+template <typename Prims, typename T>
+BRAID_HOST_DEVICE void directReduceScatter(Prims& p, const T* in, T* out, size_t count, size_t stride,
+                                           int rank, int n, size_t chunk) {
+  const T* blocks[kDirectMaxPeers];
+  size_t lens[kDirectMaxPeers];
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t len = std::min(chunk, count - base);
+    for (int i = 0; i < n - 1 && i < kDirectMaxPeers; ++i) {
+      blocks[i] = in + static_cast<size_t>(i < rank ? i : i + 1) * stride + base;
+      lens[i] = len;
+    }
+    p.sendEach(blocks, lens);
+    p.recvReduceCopy(in + static_cast<size_t>(rank) * stride + base, out + base, len);
+  }
+}
+
 // Two-shot all-reduce for medium sizes: a reduce-scatter and an
 // all-gather, each one exchange with every peer at once (a ring's bytes in
 // 2 steps instead of 2(n-1)). Per round, rank r sends block p of its input

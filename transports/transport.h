@@ -54,6 +54,12 @@ constexpr size_t kLLSlotBytes = 16384;
 constexpr size_t llDataOffset(size_t bytes) {
   return bytes <= 56 ? 8 : 64;
 }
+// Host LL steps a connector holds at once: more than Simple's
+// kConnectorSteps, so that a stream of small collectives runs further
+// ahead before a rank waits. Where ranks take turns on the cores, every
+// wait hands the core over (a context switch), and the depth sets how
+// many collectives a rank does per turn.
+constexpr int kHostLLSteps = 32;
 
 struct alignas(64) ConnectorCounters {
   std::atomic<uint64_t> tail{0};  // written by the sender
@@ -71,11 +77,14 @@ struct alignas(64) SlotHeader {
 };
 
 // The shared layout: counters, kConnectorSteps Simple slots of
-// sizeof(SlotHeader) + slotBytes each, then kConnectorSteps LL slots.
+// sizeof(SlotHeader) + slotBytes each, then kHostLLSteps LL slots. Both
+// protocols count steps on the same counters: a step of either protocol
+// waits until the slot it fills was released (the step one depth of its
+// protocol earlier), whatever protocol the steps in between used.
 struct ConnectorMemory {
   static size_t simpleBytes(size_t slotBytes) { return kConnectorSteps * (sizeof(SlotHeader) + slotBytes); }
   static size_t sizeFor(size_t slotBytes) {
-    return sizeof(ConnectorCounters) + simpleBytes(slotBytes) + kConnectorSteps * kLLSlotBytes;
+    return sizeof(ConnectorCounters) + simpleBytes(slotBytes) + kHostLLSteps * kLLSlotBytes;
   }
 };
 
@@ -90,13 +99,14 @@ struct Connector {
                           // reading it again is needed only when the FIFO looks full)
 
   bool valid() const { return counters != nullptr; }
-  // Sender: whether slot `step` is free. The receiver's head lives in a
-  // cache line it writes every step, so it is read again only when the last
-  // value seen says the FIFO is full.
-  bool sendSlotFree() {
-    if (seenHead + kConnectorSteps > step) return true;
+  // Sender: whether slot `step` of a FIFO `depth` steps deep (Simple's or
+  // LL's) is free. The receiver's head lives in a cache line it writes
+  // every step, so it is read again only when the last value seen says the
+  // FIFO is full.
+  bool sendSlotFree(uint64_t depth = kConnectorSteps) {
+    if (seenHead + depth > step) return true;
     seenHead = counters->head.load(std::memory_order_acquire);
-    return seenHead + kConnectorSteps > step;
+    return seenHead + depth > step;
   }
   SlotHeader* header(uint64_t s) const {
     return reinterpret_cast<SlotHeader*>(slots + (s % kConnectorSteps) * (sizeof(SlotHeader) + slotBytes));
@@ -105,10 +115,10 @@ struct Connector {
   // LL slot of step s: the header unit, stored last with release, and
   // where a step of `bytes` data bytes puts them.
   std::atomic<uint64_t>* llHeader(uint64_t s) const {
-    return reinterpret_cast<std::atomic<uint64_t>*>(llSlots + (s % kConnectorSteps) * kLLSlotBytes);
+    return reinterpret_cast<std::atomic<uint64_t>*>(llSlots + (s % kHostLLSteps) * kLLSlotBytes);
   }
   char* llData(uint64_t s, size_t bytes) const {
-    return llSlots + (s % kConnectorSteps) * kLLSlotBytes + llDataOffset(bytes);
+    return llSlots + (s % kHostLLSteps) * kLLSlotBytes + llDataOffset(bytes);
   }
 
   static Connector over(void* memory, size_t slotBytes) {

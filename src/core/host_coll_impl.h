@@ -105,16 +105,38 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
   switch (plan.choice.algo) {
     case Algo::Direct:
     case Algo::TwoShot: {
+      // Every peer in rank order; a rooted collective's ranks keep only
+      // the connectors they use (the root's to and from every peer, the
+      // others' to and from the root).
+      const bool rooted = a.type == CollType::Broadcast || a.type == CollType::Reduce;
       PeerConnector sends[kMaxPrimsPeers], recvs[kMaxPrimsPeers];
       int k = 0;
       for (int p = 0; p < n; ++p) {
-        if (p == rank) continue;
+        if (p == rank || (rooted && rank != a.root && p != a.root)) continue;
         sends[k] = {&comm->p2pSend(p)->conn, p};
         recvs[k++] = {&comm->p2pRecv(p)->conn, p};
       }
-      HostPrims<T, Op, P> prims(sends, k, recvs, k, ctx, op, /*localPos=*/rank);
+      const bool root = rank == a.root;
+      int nsend = k, nrecv = k;
+      if (a.type == CollType::Broadcast) (root ? nrecv : nsend) = 0;
+      if (a.type == CollType::Reduce) (root ? nsend : nrecv) = 0;
+      HostPrims<T, Op, P> prims(sends, nsend, recvs, nrecv, ctx, op, /*localPos=*/rank);
       if (plan.choice.algo == Algo::Direct) {
-        coll::oneShotAllReduce(prims, in, out, len, prims.maxElems());
+        const size_t chunk = prims.maxElems();
+        switch (a.type) {
+          case CollType::AllReduce: coll::oneShotAllReduce(prims, in, out, len, chunk); break;
+          case CollType::AllGather:
+            if constexpr (kMovesData<T, Op>)
+              coll::directAllGather(prims, in, out, len, a.count, rank, n, chunk);
+            break;
+          case CollType::ReduceScatter:
+            coll::directReduceScatter(prims, in, out, len, a.count, rank, n, chunk);
+            break;
+          case CollType::Broadcast:
+            if constexpr (kMovesData<T, Op>) coll::directBroadcast(prims, in, out, len, root, chunk);
+            break;
+          case CollType::Reduce: coll::directReduce(prims, in, out, len, root, chunk); break;
+        }
       } else {
         size_t chunk = prims.maxElems();
         if (P == Protocol::Simple)

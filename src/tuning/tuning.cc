@@ -133,6 +133,16 @@ constexpr ProtoCost kHostCost[] = {{0.50, 9000.0} /* Simple */, {0.43, 7600.0} /
 // With more ranks than cores a step waits for the peer to be scheduled
 // (4 ranks on 2 cores: Ring/Simple 8 B takes 50 us for 6 steps).
 constexpr double kOversubscribedStepUs = 8.0;
+// There LL's deeper FIFO (kHostLLSteps) lets a rank run further ahead
+// before it hands its core over: 4 ranks on 2 cores, LL against Simple,
+// broadcast 8 B-8 KiB 1.0-1.5 against 2.5-3.6 us, reduce 0.75-1.0 against
+// 2.1-3.5, all-reduce 8.0-12 against 12-15. Where the busiest rank moves
+// more, LL lost: 4 ranks' all-reduce of 4 KiB (16 KiB through a rank)
+// 13.5-14.8 against 12.0-13.5 us, of 8 KiB (two-shot) 25-26 against 14, and
+// from 32 KiB every collective. So LL's steps cost less there up to 8 KiB
+// through the busiest rank.
+constexpr double kOversubscribedLLStepFactor = 0.6;
+constexpr double kOversubscribedLLMaxBytes = 8192;
 // GPU backend: a step is a barrier, a system fence and a flag over the
 // link (Simple) or one polled line (LL); a channel is one block.
 // LL128's figures are from one H200 with two ranks sharing it (graphs: a
@@ -196,7 +206,16 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
     }
     case Algo::Direct:
       // One exchange; every rank copies its input to n-1 peers and reduces n inputs.
-      if (in.coll != CollType::AllReduce || in.nnodes > 1 || in.nranks > kDirectMaxRanks) return false;
+      if (in.nnodes > 1 || in.nranks > kDirectMaxRanks) return false;
+      if (in.coll != CollType::AllReduce) {
+        // The host's other collectives in one exchange (collectives/direct.h):
+        // the busiest rank (a root, or every rank of an all-gather or
+        // reduce-scatter) moves its n-1 peers' shares.
+        if (in.gpu) return false;
+        const double share = in.coll == CollType::ReduceScatter ? b / n : b;
+        *steps = 1 + 0.15 * (n - 1), *bytes = 1.3 * (n - 1) * share;
+        return true;
+      }
       if (in.fewAlgos && in.nranks > 2) return false;
       if (in.gpu) {
         *steps = 1, *bytes = (n - 1) * b;  // n-1 peers written at once, each through its own link
@@ -234,7 +253,8 @@ const char* algoDescription(Algo a) {
     case Algo::Tree:
       return "tree: reduce up then broadcast down; chains inside a node, a double binary tree across nodes";
     case Algo::Direct:
-      return "direct (one-shot): every rank sends its input to every peer and reduces all in rank order; "
+      return "direct (one-shot): every rank sends its input to every peer and reduces all in rank order "
+             "(host: every collective in one exchange with every peer, or with the root); "
              "lowest latency, one node, at most 8 ranks";
     default:
       return "two-shot: reduce-scatter then all-gather, each one exchange with every peer at once; "
@@ -244,10 +264,6 @@ const char* algoDescription(Algo a) {
 
 bool gpuZeroCopyAllowed() {
   return paramGpuZeroCopyMaxBytes.get() > 0;
-}
-
-bool algoImplements(Algo a, CollType c) {
-  return a == Algo::Ring || c == CollType::AllReduce;
 }
 
 Status parseAlgoFilter(const std::string& text, AlgoFilter* out) {
@@ -321,7 +337,10 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
         double rate = cost.bytesPerUs * share * nch;  // bytes per us
         const double links = ai == static_cast<int>(Algo::Tree) ? in.treeBusGBs : in.ringBusGBs;
         if (links > 0) rate = std::min(rate, links * 1000.0);  // GB/s = 1000 bytes per us
-        const double us = steps * (shared ? kOversubscribedStepUs : cost.stepUs) + bytes / rate;
+        double stepUs = shared ? kOversubscribedStepUs : cost.stepUs;
+        if (shared && !in.gpu && pi == static_cast<int>(Protocol::LL) && bytes <= kOversubscribedLLMaxBytes)
+          stepUs *= kOversubscribedLLStepFactor;
+        const double us = steps * stepUs + bytes / rate;
         if (!found || us < best.estimatedUs) {
           best.algo = static_cast<Algo>(ai);
           best.proto = static_cast<Protocol>(pi);

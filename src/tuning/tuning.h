@@ -37,8 +37,6 @@ enum class Algo { Ring, Tree, Direct, TwoShot };
 constexpr int kNumAlgos = 4;
 const char* algoName(Algo a);
 const char* algoDescription(Algo a);
-// Whether the algorithm implements the collective at all.
-bool algoImplements(Algo a, CollType c);
 // Whether GPU collectives on windows may run zero-copy at all
 // (BRAID_GPU_ZERO_COPY_MAX_BYTES > 0): when not, the caller need not offer
 // the selector its windows.

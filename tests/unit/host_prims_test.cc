@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -129,6 +131,49 @@ TEST(HostPrims, LLStepsOfEverySizeArriveWhole) {
   ASSERT_TRUE(status[1].ok()) << status[1].message();
   EXPECT_EQ(wrong, 0u);
   EXPECT_EQ(full, kLLSlotBytes - 64);
+}
+
+// LL's FIFO is kHostLLSteps deep, Simple's kConnectorSteps, on the same
+// counters: a sender runs kHostLLSteps small LL steps ahead of a receiver
+// that has read nothing, then a Simple step waits for its slot, and every
+// step of either protocol arrives whole and in order.
+TEST(HostPrims, LLRunsFartherAheadThanSimpleOnTheSameSteps) {
+  static_assert(kHostLLSteps > kConnectorSteps, "LL's FIFO is the deeper one");
+  Fabric fabric(256);
+  std::atomic<bool> ahead{false};
+  bool receiverWaited = true;
+  Status status[4];
+  std::vector<uint64_t> got;
+  runThreads(2, [&](int r) {
+    HostPrims<uint64_t, OpSum, Protocol::LL> ll(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r),
+                                                context());
+    HostPrims<uint64_t, OpSum, Protocol::Simple> simple(fabric.sendTo(r, 1 - r), fabric.recvFrom(r, 1 - r),
+                                                        context());
+    uint64_t v[4] = {};
+    if (r == 0) {
+      for (uint64_t s = 0; s < kHostLLSteps; ++s) v[0] = s, ll.send(v, 1);
+      ahead.store(true);
+      v[0] = 1000, v[1] = 1001, v[2] = 1002;
+      simple.send(v, 3);  // its slot was last used kConnectorSteps steps ago: waits for the receiver
+      v[0] = 2000;
+      ll.send(v, 1);
+    } else {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!ahead.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      receiverWaited = ahead.load();
+      for (int s = 0; s < kHostLLSteps; ++s) ll.recv(v, 1), got.push_back(v[0]);
+      simple.recv(v, 3), got.insert(got.end(), v, v + 3);
+      ll.recv(v, 1), got.push_back(v[0]);
+    }
+    status[2 * r] = ll.status();
+    status[2 * r + 1] = simple.status();
+  });
+  for (const Status& st : status) ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(receiverWaited) << "the sender could not post " << kHostLLSteps << " LL steps ahead";
+  std::vector<uint64_t> want;
+  for (uint64_t s = 0; s < kHostLLSteps; ++s) want.push_back(s);
+  for (uint64_t x : {1000, 1001, 1002, 2000}) want.push_back(x);
+  EXPECT_EQ(got, want);
 }
 
 // Tree all-reduce over the chain/tree of `nodeOf`, with PreMulSum.

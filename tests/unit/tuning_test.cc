@@ -82,9 +82,30 @@ TEST(Selector, SmallAllReduceIsDirectLargeIsRingSimple) {
   EXPECT_NE(selectAlgorithm(input(CollType::AllReduce, 8, 16)).algo, Algo::Direct);
   // Across many nodes the tree's logarithmic depth wins for small messages.
   EXPECT_EQ(selectAlgorithm(input(CollType::AllReduce, 1024, 64, 64)).algo, Algo::Tree);
-  // Other collectives: only Ring implements them.
+  // Other collectives: small ones of one host in one exchange on the host
+  // backend (collectives/direct.h); Ring for large ones, across nodes and
+  // on GPUs, where only Ring implements them.
   for (CollType c : {CollType::AllGather, CollType::ReduceScatter, CollType::Broadcast, CollType::Reduce}) {
-    EXPECT_EQ(selectAlgorithm(input(c, 8, 4)).algo, Algo::Ring);
+    EXPECT_EQ(selectAlgorithm(input(c, 8, 4)).algo, Algo::Direct);
+    EXPECT_EQ(selectAlgorithm(input(c, 8 << 20, 4)).algo, Algo::Ring);
+    EXPECT_EQ(selectAlgorithm(input(c, 8, 4, 2)).algo, Algo::Ring);
+    TuneInput gpu = input(c, 8, 4);
+    gpu.gpu = true;
+    EXPECT_EQ(selectAlgorithm(gpu).algo, Algo::Ring);
+  }
+}
+
+// Ranks taking turns on the cores: LL's deeper FIFO saves hand-overs, so
+// small collectives go LL (up to 8 KiB through the busiest rank); larger
+// ones stay Simple.
+TEST(Selector, RanksSharingCoresTakeLLForSmallCollectives) {
+  for (CollType c : {CollType::AllReduce, CollType::AllGather, CollType::Broadcast, CollType::Reduce}) {
+    TuneInput small = input(c, 2048, 4);
+    small.cores = 2;
+    EXPECT_EQ(selectAlgorithm(small).proto, Protocol::LL) << collTypeKey(c);
+    TuneInput large = input(c, 1 << 20, 4);
+    large.cores = 2;
+    EXPECT_EQ(selectAlgorithm(large).proto, Protocol::Simple);
   }
 }
 
@@ -290,9 +311,9 @@ TEST(Selector, HonoursTheEnvironment) {
     TuneChoice c = selectAlgorithm(input(CollType::AllReduce, 8, 4));
     EXPECT_EQ(c.algo, Algo::Tree);
     EXPECT_TRUE(c.note.empty());
-    // Tree does not implement all-gather: the selector says so and runs Ring.
+    // Tree does not implement all-gather: the selector says so and runs its own choice.
     TuneChoice ag = selectAlgorithm(input(CollType::AllGather, 8, 4));
-    EXPECT_EQ(ag.algo, Algo::Ring);
+    EXPECT_NE(ag.algo, Algo::Tree);
     EXPECT_NE(ag.note.find("NCCL_ALGO"), std::string::npos);
   }
   {

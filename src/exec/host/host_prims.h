@@ -280,7 +280,10 @@ class HostPrims {
   T* acquireSend(int i, size_t n) {
     Connector* c = sends_[i].conn;
     uint64_t step = c->step;
-    if (!waitUntil([c] { return c->sendSlotFree(); }, "to free a slot", sends_[i].peer, step)) return nullptr;
+    constexpr uint64_t depth = P == Protocol::LL ? kHostLLSteps : kConnectorSteps;
+    if (!waitUntil([c] { return c->sendSlotFree(depth); }, "to free a slot", sends_[i].peer, step)) {
+      return nullptr;
+    }
     return reinterpret_cast<T*>(P == Protocol::LL ? c->llData(step, n * sizeof(T)) : c->payload(step));
   }
 
