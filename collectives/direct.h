@@ -28,41 +28,41 @@ BRAID_HOST_DEVICE void oneShotAllReduce(Prims& p, const T* in, T* out, size_t co
 // Most peers of a direct algorithm (both engines' primitives hold this many).
 constexpr int kDirectMaxPeers = 8;
 
+// The rank behind connector i of a direct algorithm: every rank but this
+// one, in rank order.
+BRAID_HOST_DEVICE inline int directPeer(int i, int rank) {
+  return i < rank ? i : i + 1;
+}
+
 // The other collectives in one exchange, for small messages on one host
-// (the host engine; the selector does not offer them on GPUs). The
-// primitives of a rank hold only the connectors it uses: the broadcast's
-// root sends to every peer and the others receive from the root alone; the
-// reduce's root receives from every peer in rank order (its own input at its
-// own position) and the others send to the root alone. A ring passes such a
-// message through n - 1 ranks in turn, each of which must be running; here
-// every rank waits for one step of one rank (or the root for all at once).
+// (the host engine; the selector does not offer them on GPUs). A ring
+// passes such a message through n - 1 ranks in turn, each of which must be
+// running; here every rank waits for one step of one rank (or the root for
+// all at once).
+//
+// Broadcast and reduce (`reduce`): the primitives of a rank hold only the
+// connectors it uses. The root sends to every peer (broadcast) or
+// receives from every peer in rank order, its own input at its own
+// position (reduce); the others receive from or send to the root alone.
 template <typename Prims, typename T>
-BRAID_HOST_DEVICE void directBroadcast(Prims& p, const T* in, T* out, size_t count, bool root, size_t chunk) {
+BRAID_HOST_DEVICE void directRooted(Prims& p, const T* in, T* out, size_t count, bool root, bool reduce,
+                                    size_t chunk) {
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
-    if (root) {
+    if (root && reduce) {
+      p.recvReduceCopy(in + base, out + base, len);
+    } else if (root) {
       p.copySend(in + base, out + base, len);
+    } else if (reduce) {
+      p.send(in + base, len);
     } else {
       p.recv(out + base, len);
     }
   }
 }
 
-template <typename Prims, typename T>
-BRAID_HOST_DEVICE void directReduce(Prims& p, const T* in, T* out, size_t count, bool root, size_t chunk) {
-  for (size_t base = 0; base < count; base += chunk) {
-    const size_t len = std::min(chunk, count - base);
-    if (root) {
-      p.recvReduceCopy(in + base, out + base, len);
-    } else {
-      p.send(in + base, len);
-    }
-  }
-}
-
 // All-gather: this rank's block to every peer at once, then every peer's
-// block from its connector (connector i is rank i, or i + 1 from this
-// rank's on, as for the one-shot all-reduce). `stride` as for the ring.
+// block from its connector. `stride` as for the ring.
 template <typename Prims, typename T>
 BRAID_HOST_DEVICE void directAllGather(Prims& p, const T* in, T* out, size_t count, size_t stride, int rank,
                                        int n, size_t chunk) {
@@ -71,8 +71,7 @@ BRAID_HOST_DEVICE void directAllGather(Prims& p, const T* in, T* out, size_t cou
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
     for (int i = 0; i < n - 1 && i < kDirectMaxPeers; ++i) {
-      blocks[i] = out + static_cast<size_t>(i < rank ? i : i + 1) * stride + base;
-      lens[i] = len;
+      blocks[i] = out + static_cast<size_t>(directPeer(i, rank)) * stride + base, lens[i] = len;
     }
     p.copySend(in + base, out + static_cast<size_t>(rank) * stride + base, len);
     p.recvEach(blocks, lens);
@@ -89,8 +88,7 @@ BRAID_HOST_DEVICE void directReduceScatter(Prims& p, const T* in, T* out, size_t
   for (size_t base = 0; base < count; base += chunk) {
     const size_t len = std::min(chunk, count - base);
     for (int i = 0; i < n - 1 && i < kDirectMaxPeers; ++i) {
-      blocks[i] = in + static_cast<size_t>(i < rank ? i : i + 1) * stride + base;
-      lens[i] = len;
+      blocks[i] = in + static_cast<size_t>(directPeer(i, rank)) * stride + base, lens[i] = len;
     }
     p.sendEach(blocks, lens);
     p.recvReduceCopy(in + static_cast<size_t>(rank) * stride + base, out + base, len);
@@ -118,7 +116,7 @@ BRAID_HOST_DEVICE void twoShotAllReduce(Prims& p, const T* in, T* out, size_t co
     auto offset = [&](int b) { return std::min(count, base + static_cast<size_t>(b) * per); };
     auto length = [&](int b) { return std::min(count, offset(b) + per) - offset(b); };
     for (int i = 0; i < n - 1 && i < kDirectMaxPeers; ++i) {
-      const int peer = i < rank ? i : i + 1;  // connector i's rank
+      const int peer = directPeer(i, rank);
       blockIn[i] = in + offset(peer);
       blockOut[i] = out + offset(peer);
       blockLen[i] = length(peer);

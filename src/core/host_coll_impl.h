@@ -133,9 +133,9 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
             coll::directReduceScatter(prims, in, out, len, a.count, rank, n, chunk);
             break;
           case CollType::Broadcast:
-            if constexpr (kMovesData<T, Op>) coll::directBroadcast(prims, in, out, len, root, chunk);
+            if constexpr (kMovesData<T, Op>) coll::directRooted(prims, in, out, len, root, false, chunk);
             break;
-          case CollType::Reduce: coll::directReduce(prims, in, out, len, root, chunk); break;
+          case CollType::Reduce: coll::directRooted(prims, in, out, len, root, true, chunk); break;
         }
       } else {
         size_t chunk = prims.maxElems();
