@@ -223,6 +223,9 @@ Status enqueueCollective(Communicator* comm, const CollArgs& args) {
   if (args.type != CollType::AllGather && args.type != CollType::Broadcast) {
     BRAID_CHECK(comm->redOps().resolve(args.op, args.datatype));
   }
+  // An empty collective moves nothing: it is not run, nor matched across
+  // ranks (NCCL discards it too), unless BRAID_CHECK_COLL compares it.
+  if (args.count == 0 && !paramCheckColl.get()) return okStatus();
   if (groupDepth() > 0) {
     groupDefer(comm, args, runNow);
     return okStatus();

@@ -244,13 +244,14 @@ Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t 
                        void* stream) {
   const size_t n = static_cast<size_t>(comm->nranks());
   const size_t bytes = count * datatypeSize(type);
+  if (bytes == 0) return okStatus();
   std::shared_ptr<std::vector<char>> staging;
-  if (send == recv && bytes > 0 && comm->backend() == Backend::Gpu) {
+  if (send == recv && comm->backend() == Backend::Gpu) {
     // The GPU stages into device memory the engine keeps, in stream order.
     GpuEngine* engine = nullptr;
     BRAID_CHECK(comm->gpuEngine(&engine));
     BRAID_CHECK(engine->stage(send, n * bytes, stream, &send));
-  } else if (send == recv && bytes > 0) {
+  } else if (send == recv) {
     // In place: what arrives from peer p lands on the block this rank sends
     // to p, so the outgoing blocks go from a copy, kept until the op ran.
     staging = std::make_shared<std::vector<char>>(static_cast<const char*>(send),
@@ -269,6 +270,7 @@ Status enqueueAllToAll(Communicator* comm, const void* send, void* recv, size_t 
 Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                      void* stream) {
   const size_t bytes = count * datatypeSize(type);
+  if (bytes == 0) return okStatus();
   std::vector<P2pOp> ops;
   if (comm->rank() == root) {
     for (int p = 0; p < comm->nranks(); ++p) {
@@ -283,6 +285,7 @@ Status enqueueGather(Communicator* comm, const void* send, void* recv, size_t co
 Status enqueueScatter(Communicator* comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                       void* stream) {
   const size_t bytes = count * datatypeSize(type);
+  if (bytes == 0) return okStatus();
   std::vector<P2pOp> ops;
   if (comm->rank() == root) {
     for (int p = 0; p < comm->nranks(); ++p) {

@@ -35,7 +35,9 @@ Status enqueueP2p(Communicator* comm, const std::vector<P2pOp>& ops);
 
 // The collectives made of sends and receives. Counts and displacements are
 // in elements of `type`; every rank's buffer arguments are validated by the
-// API layer.
+// API layer. All-to-all, gather and scatter of count 0 return at once (every
+// rank passes the same count, so none waits for them); all-to-allv's empty
+// blocks are matched sends and receives of 0 bytes like any other.
 Status enqueueAllToAllv(Communicator* comm, const void* send, const size_t* sendCounts, const size_t* sendDispls,
                         void* recv, const size_t* recvCounts, const size_t* recvDispls, ncclDataType_t type,
                         void* stream);

@@ -283,5 +283,40 @@ TEST(CollThreads, OneThreadDrivesAllCommunicatorsInAGroup) {
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
+// A collective of count 0 moves nothing and is not matched across ranks: it
+// returns at once on the rank that calls it, as in NCCL, whether or not the
+// others call it too (here only one rank of two does, from one thread).
+TEST(CollEmpty, CountZeroCallsReturnWithoutThePeers) {
+  const int n = 2;
+  std::vector<ncclComm_t> comms(n);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  float x = 1, y = 2;
+  ncclComm_t c = comms[1];
+  EXPECT_EQ(ncclAllReduce(&x, &y, 0, ncclFloat, ncclSum, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclBroadcast(&x, &y, 0, ncclFloat, 0, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclReduce(&x, &y, 0, ncclFloat, ncclMax, 0, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclAllGather(&x, &y, 0, ncclFloat, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclReduceScatter(&x, &y, 0, ncclFloat, ncclSum, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclAllToAll(&x, &y, 0, ncclFloat, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclGather(&x, &y, 0, ncclFloat, 0, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclScatter(&x, &y, 0, ncclFloat, 0, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(x, 1.0f);
+  EXPECT_EQ(y, 2.0f);
+  // Arguments are still checked: a bad root or type is an error at count 0 too.
+  EXPECT_EQ(ncclBroadcast(&x, &y, 0, ncclFloat, n, c, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclAllReduce(&x, &y, 0, static_cast<ncclDataType_t>(99), ncclSum, c, nullptr),
+            ncclInvalidArgument);
+  // The communicators are still in step: a real all-reduce of both.
+  std::vector<float> bufs[n] = {std::vector<float>(1000, 1.0f), std::vector<float>(1000, 2.0f)};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(ncclAllReduce(bufs[r].data(), bufs[r].data(), 1000, ncclFloat, ncclSum, comms[r], nullptr),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(bufs[r][999], 3.0f) << r;
+  for (ncclComm_t comm : comms) EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
 }  // namespace
 }  // namespace braid::test
