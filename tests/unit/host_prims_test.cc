@@ -141,7 +141,7 @@ TEST(HostPrims, LLRunsFartherAheadThanSimpleOnTheSameSteps) {
   static_assert(kHostLLSteps > kConnectorSteps, "LL's FIFO is the deeper one");
   Fabric fabric(256);
   std::atomic<bool> ahead{false};
-  bool receiverWaited = true;
+  bool senderRanAhead = true;
   Status status[4];
   std::vector<uint64_t> got;
   runThreads(2, [&](int r) {
@@ -160,7 +160,7 @@ TEST(HostPrims, LLRunsFartherAheadThanSimpleOnTheSameSteps) {
     } else {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       while (!ahead.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-      receiverWaited = ahead.load();
+      senderRanAhead = ahead.load();
       for (int s = 0; s < kHostLLSteps; ++s) ll.recv(v, 1), got.push_back(v[0]);
       simple.recv(v, 3), got.insert(got.end(), v, v + 3);
       ll.recv(v, 1), got.push_back(v[0]);
@@ -169,7 +169,7 @@ TEST(HostPrims, LLRunsFartherAheadThanSimpleOnTheSameSteps) {
     status[2 * r + 1] = simple.status();
   });
   for (const Status& st : status) ASSERT_TRUE(st.ok()) << st.message();
-  EXPECT_TRUE(receiverWaited) << "the sender could not post " << kHostLLSteps << " LL steps ahead";
+  EXPECT_TRUE(senderRanAhead) << "the sender could not post " << kHostLLSteps << " LL steps ahead";
   std::vector<uint64_t> want;
   for (uint64_t s = 0; s < kHostLLSteps; ++s) want.push_back(s);
   for (uint64_t x : {1000, 1001, 1002, 2000}) want.push_back(x);

@@ -24,10 +24,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "exec/host/backoff.h"
 #include "exec/host/host_reduce.h"
