@@ -47,31 +47,21 @@ const char* lastErrorText(ncclComm_t comm) {
   return copy.c_str();
 }
 
-Status checkNotNull(const void* ptr, const char* arg) {
-  if (ptr == nullptr) return invalidArgument("argument '", arg, "' is NULL");
-  return okStatus();
+Status nullArgument(const char* arg) {
+  return invalidArgument("argument '", arg, "' is NULL");
 }
 
-Status checkRange(const void* ptr, size_t bytes, const char* arg) {
-  if (bytes > UINTPTR_MAX - reinterpret_cast<uintptr_t>(ptr)) {
-    return invalidArgument("argument '", arg, "' (", ptr, ") plus ", bytes, " bytes wraps the address space");
-  }
-  return okStatus();
+Status wrappingRange(const void* ptr, size_t bytes, const char* arg) {
+  return invalidArgument("argument '", arg, "' (", ptr, ") plus ", bytes, " bytes wraps the address space");
 }
 
-Status checkDatatype(int t) {
-  if (t < 0 || t >= ncclNumTypes) {
-    return invalidArgument("argument 'datatype' is ", t, ", not a valid ncclDataType_t (0..",
-                           ncclNumTypes - 1, ")");
-  }
-  return okStatus();
+Status badDatatype(int t) {
+  return invalidArgument("argument 'datatype' is ", t, ", not a valid ncclDataType_t (0..", ncclNumTypes - 1,
+                         ")");
 }
 
-Status checkRedOp(int o) {
-  if (o < 0) return invalidArgument("argument 'op' is ", o, ", not a valid ncclRedOp_t");
-  // Values past ncclNumOps name operators made by ncclRedOpCreatePreMulSum:
-  // the communicator checks those (enqueueCollective).
-  return okStatus();
+Status badRedOp(int o) {
+  return invalidArgument("argument 'op' is ", o, ", not a valid ncclRedOp_t");
 }
 
 Status checkCommHandle(ncclComm_t comm) {

@@ -8,6 +8,8 @@
 // for ncclGetLastError, and keeps every exception from crossing the C API.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <new>
 
@@ -60,15 +62,32 @@ inline int rawEnum(const E& value) {
 // the process.
 const char* lastErrorText(ncclComm_t comm);
 
-// Argument checks shared by the entry points; each names the argument.
-Status checkNotNull(const void* ptr, const char* arg);
+// Argument checks shared by the entry points; each names the argument. They
+// run on every call, so they inline to a compare; the errors are built out
+// of line.
+Status nullArgument(const char* arg);
+Status wrappingRange(const void* ptr, size_t bytes, const char* arg);
+Status badDatatype(int type);
+Status badRedOp(int op);
+inline Status checkNotNull(const void* ptr, const char* arg) {
+  return ptr != nullptr ? okStatus() : nullArgument(arg);
+}
 // [ptr, ptr + bytes) must not wrap past the top of the address space:
 // ncclInvalidArgument naming `arg` (the pointer's argument) if it does.
-Status checkRange(const void* ptr, size_t bytes, const char* arg);
+inline Status checkRange(const void* ptr, size_t bytes, const char* arg) {
+  return bytes <= UINTPTR_MAX - reinterpret_cast<uintptr_t>(ptr) ? okStatus()
+                                                                 : wrappingRange(ptr, bytes, arg);
+}
 // Enums arrive from C, where any int fits; reading an out-of-range value as a
 // C++ enum is undefined, so checks take the raw bits (see rawEnum).
-Status checkDatatype(int type);
-Status checkRedOp(int op);
+inline Status checkDatatype(int type) {
+  return type >= 0 && type < ncclNumTypes ? okStatus() : badDatatype(type);
+}
+// Values past ncclNumOps name operators made by ncclRedOpCreatePreMulSum:
+// the communicator checks those (enqueueCollective).
+inline Status checkRedOp(int op) {
+  return op >= 0 ? okStatus() : badRedOp(op);
+}
 // A live communicator whose init completed and that is not finalized.
 Status checkCommHandle(ncclComm_t comm);
 

@@ -430,16 +430,19 @@ int Communicator::allowedCores() {
   return cores;
 }
 
-int Communicator::hostChannels() const {
+namespace {
+int channelsFor(int localRanks, int nnodes) {
   // Across nodes the proxy thread moves every byte to and from the network:
   // it gets a core of the rank's share (2 cores, 1 rank per node: 0.9 against
   // 0.5 GB/s all-reduce busbw with one channel instead of two). A rank bound
   // to fewer CPUs than its share gets what it is bound to: channels beyond
   // those would take turns on them (16 cores, 2 ranks bound to a core each,
   // 2 MiB all-reduce: 4.8 GB/s busbw on 8 channels).
-  const int cores = std::min(allowedCores(), hostCores() / std::max(1, localRanks_));
-  return std::max(1, nnodes_ > 1 ? cores - 1 : cores);
+  const int cores =
+      std::min(Communicator::allowedCores(), Communicator::hostCores() / std::max(1, localRanks));
+  return std::max(1, nnodes > 1 ? cores - 1 : cores);
 }
+}  // namespace
 
 void Communicator::onStall(int channel) {
   if (!paramDumpOnStall.get()) return;
@@ -514,6 +517,7 @@ Status Communicator::exchangePeerInfo() {
       localIndex_[static_cast<size_t>(r)] += nodeOf[static_cast<size_t>(q)] == nodeOf[static_cast<size_t>(r)];
   }
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
+  hostChannels_ = channelsFor(localRanks_, nnodes_);
   // The registered-buffer table serves only ranks of this host in other
   // processes (which read the descriptor from the peer info just sent).
   bool tableUsed = false;

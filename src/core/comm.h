@@ -210,11 +210,14 @@ class Communicator : public StallListener {
   // alike, as their connectors need.
   bool p2pRead(int peer) const;
   // Channels the host can run in parallel for this rank: cores per local
-  // rank, less one for the proxy when there are several nodes.
-  int hostChannels() const;
+  // rank, less one for the proxy when there are several nodes (known once
+  // the ranks' hosts are; read by every collective).
+  int hostChannels() const { return hostChannels_; }
   // More ranks on this host than it has cores: a waiting rank should give
   // its core away at once, the rank it waits for may be queued behind it.
-  bool oversubscribed() const { return localRanks_ > hostCores(); }
+  bool oversubscribed() const { return localRanks_ > cores_; }
+  // hostCores(), read once per communicator (the selector's input).
+  int cores() const { return cores_; }
   static int hostCores();
   // CPUs in this process's affinity mask (mpirun's binding).
   static int allowedCores();
@@ -285,6 +288,8 @@ class Communicator : public StallListener {
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   int nnodes_ = 1, localRanks_ = 1, lsaSize_ = 1;
+  int hostChannels_ = 1;
+  const int cores_ = hostCores();
   bool ll128_ = false;
   std::unique_ptr<ConnectorFactory> connectors_;
   std::unique_ptr<BufferRegistry> buffers_;

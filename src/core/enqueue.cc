@@ -151,7 +151,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
                  comm->nnodes(),
                  comm->localRanks(),
                  gpu ? kMaxChannels : comm->hostChannels(),
-                 gpu ? 0 : Communicator::hostCores()};
+                 gpu ? 0 : comm->cores()};
     in.gpu = gpu;
     const int op = static_cast<int>(a.op);
     in.fewAlgos = gpu && a.type == CollType::AllReduce && op != ncclSum && op != ncclAvg;
@@ -184,13 +184,14 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     }
     plan.seq = comm->nextCollectiveSeq();
     if (check) BRAID_CHECK(checkAcrossRanks(comm, a, plan.seq));
-    BRAID_INFO(kLogColl,
-               "%s #%llu count %zu datatype %d op %d root %d: %s/%s%s, %d channel%s (estimated %.1f us)%s%s",
-               a.name, static_cast<unsigned long long>(plan.seq), a.count, static_cast<int>(a.datatype),
-               static_cast<int>(a.op), a.root, algoName(plan.choice.algo), protocolName(plan.choice.proto),
-               plan.choice.zeroCopy ? " zero-copy" : "", plan.choice.nChannels,
-               plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs,
-               plan.choice.note.empty() ? "" : "; ", plan.choice.note.c_str());
+    BRAID_INFO(
+        kLogColl,
+        "%s #%llu count %zu datatype %d op %d root %d: %s/%s%s, %d channel%s (estimated %.1f us)%s%.*s",
+        a.name, static_cast<unsigned long long>(plan.seq), a.count, static_cast<int>(a.datatype),
+        static_cast<int>(a.op), a.root, algoName(plan.choice.algo), protocolName(plan.choice.proto),
+        plan.choice.zeroCopy ? " zero-copy" : "", plan.choice.nChannels,
+        plan.choice.nChannels == 1 ? "" : "s", plan.choice.estimatedUs, plan.choice.note.empty() ? "" : "; ",
+        static_cast<int>(plan.choice.note.size()), plan.choice.note.data());
     if (gpu) return engine->collective(a, plan);
     if (comm->nranks() > 1) {
       BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
@@ -207,9 +208,9 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     comm->connectors().unwatch(&plan.cancel);
     return run;
   }();
-  if (isGroupWouldBlock(s)) return s;
+  if (s.ok() || isGroupWouldBlock(s)) return s;
   s = comm->explainFailure(std::move(s));
-  if (!s.ok()) comm->setAsyncError(s);  // the communicator is unusable now: say so to every caller
+  comm->setAsyncError(s);  // the communicator is unusable now: say so to every caller
   return s;
 }
 

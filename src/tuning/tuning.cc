@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "util/param.h"
@@ -239,6 +242,15 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
   return false;
 }
 
+// A note's text, kept for the life of the process (a handful of distinct
+// texts: one per collective and NCCL_ALGO/NCCL_PROTO setting).
+std::string_view keepNote(std::string text) {
+  static std::mutex mutex;
+  static std::set<std::string> notes;
+  std::lock_guard<std::mutex> lock(mutex);
+  return *notes.insert(std::move(text)).first;
+}
+
 }  // namespace
 
 const char* algoName(Algo a) {
@@ -352,9 +364,9 @@ TuneChoice selectAlgorithm(const TuneInput& in) {
       }
     }
     if (!found && pass == 0) {
-      best.note =
-          strCat("NCCL_ALGO='", algoText, "' and NCCL_PROTO='", protoText, "' allow nothing that runs ",
-                 collTypeKey(in.coll), " here; using the selector's choice");
+      best.note = keepNote(strCat("NCCL_ALGO='", algoText, "' and NCCL_PROTO='", protoText,
+                                  "' allow nothing that runs ", collTypeKey(in.coll),
+                                  " here; using the selector's choice"));
     }
   }
   return best;

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "collectives/coll_type.h"
 #include "transports/transport.h"
@@ -82,7 +83,10 @@ struct TuneChoice {
   size_t chunkBytes = 0;  // bytes one Simple step carries (0: a whole slot)
   bool zeroCopy = false;  // Direct reading and writing the peers' windows (collectives/symmetric.h)
   double estimatedUs = 0;
-  std::string note;  // why the environment's restriction was not followed, if it was not
+  // Why the environment's restriction was not followed, if it was not: text
+  // that lives as long as the process, so a choice copies as plain data
+  // (every collective copies the cached one).
+  std::string_view note;
 };
 
 // Chooses for one collective; never fails (Ring/Simple implements everything).
