@@ -120,6 +120,7 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
       int nsend = k, nrecv = k;
       if (a.type == CollType::Broadcast) (root ? nrecv : nsend) = 0;
       if (a.type == CollType::Reduce) (root ? nsend : nrecv) = 0;
+      ctx.onlySends = rooted && nrecv == 0;
       HostPrims<T, Op, P> prims(sends, nsend, recvs, nrecv, ctx, op, /*localPos=*/rank);
       if (plan.choice.algo == Algo::Direct) {
         const size_t chunk = prims.maxElems();
@@ -164,9 +165,13 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
     case Algo::Ring: break;
   }
   const RingLink& ring = *ch.ring;
-  HostPrims<T, Op, P> prims({&ring.send->conn, ring.next}, {&ring.recv->conn, ring.prev}, ctx, op);
   // The ring's order follows the schedule: positions, not ranks, drive it.
   const int pos = ring.position;
+  const bool rooted = a.type == CollType::Broadcast || a.type == CollType::Reduce;
+  const int rootPos = rooted ? ring.positionOf(a.root) : 0;
+  // A broadcast's root and the rank after a reduce's root start the chain.
+  ctx.onlySends = rooted && coll::ringMod(pos - rootPos, n) == (a.type == CollType::Broadcast ? 0 : 1);
+  HostPrims<T, Op, P> prims({&ring.send->conn, ring.next}, {&ring.recv->conn, ring.prev}, ctx, op);
   const int* rankAt = ring.rankAt.data();
   size_t chunk = prims.maxElems();
   if (P == Protocol::Simple) chunk = std::min(chunk, std::max<size_t>(1, plan.ringChunkBytes / sizeof(T)));
@@ -180,12 +185,9 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
       coll::ringReduceScatter(prims, in, out, len, a.count, pos, n, chunk, rankAt);
       break;
     case CollType::Broadcast:
-      if constexpr (kMovesData<T, Op>)
-        coll::ringBroadcast(prims, in, out, len, pos, n, ring.positionOf(a.root), chunk);
+      if constexpr (kMovesData<T, Op>) coll::ringBroadcast(prims, in, out, len, pos, n, rootPos, chunk);
       break;
-    case CollType::Reduce:
-      coll::ringReduce(prims, in, out, len, pos, n, ring.positionOf(a.root), chunk);
-      break;
+    case CollType::Reduce: coll::ringReduce(prims, in, out, len, pos, n, rootPos, chunk); break;
   }
   return prims.status();
 }

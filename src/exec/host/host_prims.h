@@ -27,6 +27,10 @@
 #include <memory>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "exec/host/backoff.h"
 #include "exec/host/host_reduce.h"
 #include "transports/transport.h"
@@ -63,6 +67,11 @@ struct PrimsContext {
   // the user's buffer with streaming stores (reductions go to the slot
   // first, then stream out).
   bool streamOutput = false;
+  // This rank only sends in the collective (a broadcast's root, the first
+  // rank of a reduce's chain, a one-exchange reduce's other ranks): it runs
+  // ahead of its receivers, and its LL steps take the next slot's lines
+  // early (postSend).
+  bool onlySends = false;
 };
 
 struct PeerConnector {
@@ -91,6 +100,31 @@ inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char
   return remoteError(op, ": no progress for ", ctx.timeoutSec, " s on channel ", ctx.channel,
                      " waiting for rank ", peer, " ", what, " (step ", step,
                      "); that rank may have died or be stuck");
+}
+
+// Lines of an LL step that postSend takes ahead for the next step (a step
+// of up to 512 data bytes: its header line and 8 more).
+constexpr size_t kLLPrefetchLines = 9;
+
+// Whether the CPU has PREFETCHW (a prefetch with intent to write; x86 since
+// 2014, AMD long before). Elsewhere it is a read prefetch.
+inline const bool kHasPrefetchW = [] {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(0x80000001u, &a, &b, &c, &d) != 0 && (c & bit_PRFCHW) != 0;
+#else
+  return false;
+#endif
+}();
+
+inline void prefetchForWrite(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (kHasPrefetchW) {
+    asm volatile("prefetchw %0" ::"m"(*static_cast<const char*>(p)));
+    return;
+  }
+#endif
+  __builtin_prefetch(p, 1, 3);
 }
 
 // Per-thread room where a step's reduction is computed before it is copied
@@ -298,6 +332,27 @@ class HostPrims {
       h->step = c->step;
     }
     c->counters->tail.store(++c->step, std::memory_order_release);
+    // A rank that only sends (PrimsContext::onlySends) runs ahead of its
+    // receivers. The next LL step's lines are asked for
+    // now, with intent to write: the receiver read them a FIFO's depth ago,
+    // and a store into a line another core holds waits for that core to
+    // give it up, stalling this rank at its next locked instruction. Taken
+    // early, the lines are this core's when the next call writes them (a
+    // stream of 2-rank broadcasts of 8-512 bytes on the CI VM: 0.26-0.31 us
+    // a call before, 0.14-0.21 after). Only while the slot is free by the
+    // head last read (a receiver still reading it would lose the lines),
+    // and only for steps of a few lines: from 1 KiB the prefetches cost
+    // more than they hid. A rank that also receives is paced by its peers,
+    // which poll its next slot as soon as they read this one: prefetching
+    // for every sender measured 10% slower (2-rank reduce-scatter of
+    // 128-512 bytes) and 17% faster (all-reduce) in two states of the VM.
+    if (P == Protocol::LL && ctx_.onlySends && c->seenHead + kHostLLSteps > c->step) {
+      const size_t lines = (llDataOffset(bytes) + bytes + 63) / 64;
+      if (lines <= detail::kLLPrefetchLines) {
+        const char* next = reinterpret_cast<const char*>(c->llHeader(c->step));
+        for (size_t l = 0; l < lines; ++l) detail::prefetchForWrite(next + 64 * l);
+      }
+    }
   }
 
   const T* acquireRecv(int i, size_t n) {
