@@ -127,8 +127,15 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
       return invalidUsage("a send to this rank itself of ", selfSends[i]->bytes, " bytes meets a receive of ",
                           selfRecvs[i]->bytes, " bytes");
     }
-    if (selfSends[i]->bytes > 0 && selfRecvs[i]->recvBuf != selfSends[i]->sendBuf) {
-      std::memmove(selfRecvs[i]->recvBuf, selfSends[i]->sendBuf, selfSends[i]->bytes);
+    const char* from = static_cast<const char*>(selfSends[i]->sendBuf);
+    char* to = static_cast<char*>(selfRecvs[i]->recvBuf);
+    const size_t bytes = selfSends[i]->bytes;
+    if (bytes == 0 || to == from) continue;
+    const uintptr_t t = reinterpret_cast<uintptr_t>(to), f = reinterpret_cast<uintptr_t>(from);
+    if (t + bytes <= f || f + bytes <= t) {
+      copyBytes(to, from, bytes);  // the fast copy, also for buffers misaligned to each other
+    } else {
+      std::memmove(to, from, bytes);
     }
   }
   sends.groupByPeer(), recvs.groupByPeer();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -502,6 +503,29 @@ TEST(Api, SingleRankCollectivesCopy) {
   ASSERT_EQ(ncclRecv(back, 5, ncclFloat, 0, liveComm(), nullptr), ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(back[i], in[i]);
+}
+
+// Copies of more than one piece (copyBytes copies in 512 KiB pieces), with a
+// ragged end, aligned and misaligned to each other; a send to oneself into
+// an overlapping range moves the bytes as memmove would.
+TEST(Api, SingleRankLargeAndOverlappingCopies) {
+  const size_t n = (size_t(3) << 20) + 5;  // bytes
+  std::vector<uint8_t> in(n + 64), out(n + 64);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  for (size_t skew : {size_t(0), size_t(3)}) {
+    std::fill(out.begin(), out.end(), uint8_t(0));
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data() + skew, n, ncclUint8, ncclSum, liveComm(), nullptr), ncclSuccess);
+    EXPECT_TRUE(std::equal(in.begin(), in.begin() + static_cast<long>(n), out.begin() + static_cast<long>(skew)))
+        << "skew " << skew;
+    EXPECT_EQ(out[n + skew], 0) << "a byte past the output was written, skew " << skew;
+  }
+  // Overlapping: the message moves 4 bytes up within one buffer.
+  std::vector<uint8_t> buf(in.begin(), in.begin() + static_cast<long>(n + 4));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclSend(buf.data(), n, ncclUint8, 0, liveComm(), nullptr), ncclSuccess);
+  ASSERT_EQ(ncclRecv(buf.data() + 4, n, ncclUint8, 0, liveComm(), nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_TRUE(std::equal(in.begin(), in.begin() + static_cast<long>(n), buf.begin() + 4));
 }
 
 // ncclCommShrink's arguments on a one-rank communicator: the caller may not
