@@ -201,7 +201,7 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     plan.ringChunkBytes = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get())
                           : comm->oversubscribed() && comm->nnodes() == 1 ? kOversubscribedChunkBytes
                                                                           : kDefaultChunkBytes;
-    plan.streamBytes = static_cast<size_t>(paramHostStreamBytes.get());
+    plan.streamBytes = hostStreamBytes();
     // A failed net connector raises plan.cancel, ending the channels' waits at once.
     comm->connectors().watch(&plan.cancel);
     Status run = dispatch(comm, a, plan);
@@ -215,6 +215,10 @@ Status runNow(Communicator* comm, const CollArgs& a) {
 }
 
 }  // namespace
+
+size_t hostStreamBytes() {
+  return static_cast<size_t>(paramHostStreamBytes.get());
+}
 
 Status enqueueCollective(Communicator* comm, const CollArgs& args) {
   if ((args.type == CollType::Broadcast || args.type == CollType::Reduce) && args.root >= comm->nranks()) {

@@ -49,4 +49,8 @@ struct CollArgs {
 // collective now or, inside ncclGroupStart/End, at the group's end.
 Status enqueueCollective(Communicator* comm, const CollArgs& args);
 
+// The host output size from which copies stream (BRAID_HOST_STREAM_BYTES; 0:
+// never).
+size_t hostStreamBytes();
+
 }  // namespace braid

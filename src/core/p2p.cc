@@ -132,8 +132,15 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
     const size_t bytes = selfSends[i]->bytes;
     if (bytes == 0 || to == from) continue;
     const uintptr_t t = reinterpret_cast<uintptr_t>(to), f = reinterpret_cast<uintptr_t>(from);
+    const size_t stream = hostStreamBytes();
     if (t + bytes <= f || f + bytes <= t) {
-      copyBytes(to, from, bytes);  // the fast copy, also for buffers misaligned to each other
+      // The fast copies (also for buffers misaligned to each other), as a
+      // one-rank collective's.
+      if (stream > 0 && bytes >= stream) {
+        streamBytes(to, from, bytes);
+      } else {
+        copyBytes(to, from, bytes);
+      }
     } else {
       std::memmove(to, from, bytes);
     }
