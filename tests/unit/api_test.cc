@@ -300,8 +300,11 @@ TEST(DevTeams, ArithmeticMatchesTheDefinition) {
       for (int i = 0; i < b.nRanks; ++i) {
         const int inA = indexOf(a, world(b, i));
         EXPECT_EQ(ncclTeamRankIsMember(a, b, i), inA >= 0) << i;
-        if (inA >= 0) EXPECT_EQ(ncclTeamRankToTeam(a, b, i), inA) << i;
-        if (inA < 0) difference.push_back(i);
+        if (inA >= 0) {
+          EXPECT_EQ(ncclTeamRankToTeam(a, b, i), inA) << i;
+        } else {
+          difference.push_back(i);
+        }
       }
       for (size_t k = 0; k < difference.size(); ++k)
         EXPECT_EQ(ncclTeamRankInDifference(b, a, static_cast<int>(k)), difference[k]) << k;
@@ -322,7 +325,7 @@ TEST(DevTeams, ArithmeticMatchesTheDefinition) {
 
 // What Braid does not provide, and nonsense, is refused naming the field.
 TEST(DevResources, RefusesGinMultimemAndBadCounts) {
-  struct Case {
+  struct Refusal {
     const char* name;
     std::function<void(ncclDevCommRequirements*)> set;
     ncclResult_t code;
@@ -330,7 +333,7 @@ TEST(DevResources, RefusesGinMultimemAndBadCounts) {
   };
   static ncclDevResourceRequirements cyclic{}, odd{}, ginBuffer{};
   static ncclTeamRequirements multimemTeam{};
-  const Case cases[] = {
+  const Refusal cases[] = {
       {"multimem", [](ncclDevCommRequirements* r) { r->lsaMultimem = true; }, ncclInvalidUsage,
        "lsaMultimem"},
       {"GIN forced", [](ncclDevCommRequirements* r) { r->ginForceEnable = true; }, ncclInvalidUsage, "GIN"},
@@ -371,7 +374,7 @@ TEST(DevResources, RefusesGinMultimemAndBadCounts) {
        },
        ncclInvalidUsage, "multimem"},
   };
-  for (const Case& c : cases) {
+  for (const Refusal& c : cases) {
     SCOPED_TRACE(c.name);
     ncclDevCommRequirements reqs{};
     c.set(&reqs);
