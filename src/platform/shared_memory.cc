@@ -5,8 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 namespace braid {
@@ -16,9 +21,77 @@ size_t pageBytes() {
   return page;
 }
 
+namespace {
+
+// A /proc/meminfo field in bytes, or SIZE_MAX if it is missing.
+size_t meminfoBytes(const char* field) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  unsigned long long kib = 0;
+  std::string unit;
+  while (in >> name >> kib) {
+    std::getline(in, unit);
+    if (name == std::string(field) + ":") return static_cast<size_t>(kib) * 1024;
+  }
+  return SIZE_MAX;
+}
+
+// The least of limit - usage over the cgroup directory `path` under `root`
+// and its ancestors (SIZE_MAX: no limit). A directory missing from this
+// mount namespace (a container sees its own cgroup as the root) is skipped.
+size_t cgroupRoom(const std::string& root, std::string path, const char* limitFile, const char* usageFile) {
+  size_t room = SIZE_MAX;
+  for (;;) {
+    const std::string dir = root + (path == "/" ? std::string() : path);
+    std::ifstream limitIn(dir + "/" + limitFile), usageIn(dir + "/" + usageFile);
+    std::string limit;  // cgroup v2 writes "max" for none
+    unsigned long long usage = 0;
+    if (limitIn >> limit && limit != "max" && usageIn >> usage) {
+      const unsigned long long l = std::strtoull(limit.c_str(), nullptr, 10);
+      room = std::min<size_t>(room, l > usage ? static_cast<size_t>(l - usage) : 0);
+    }
+    if (path.empty() || path == "/") return room;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+}
+
+// What this process's memory cgroup (v2, or v1's memory controller) still
+// allows, or SIZE_MAX without a limit.
+size_t cgroupAllowance() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  size_t room = SIZE_MAX;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) {
+      room = std::min(room, cgroupRoom("/sys/fs/cgroup", line.substr(3), "memory.max", "memory.current"));
+    } else if (const size_t at = line.find(":memory:"); at != std::string::npos) {
+      room = std::min(room, cgroupRoom("/sys/fs/cgroup/memory", line.substr(at + 8), "memory.limit_in_bytes",
+                                       "memory.usage_in_bytes"));
+    }
+  }
+  return room;
+}
+
+}  // namespace
+
+Status checkMemoryAvailable(size_t bytes, const char* what) {
+  const size_t available = meminfoBytes("MemAvailable"), swap = meminfoBytes("SwapFree");
+  const size_t host = available == SIZE_MAX ? SIZE_MAX : available + (swap == SIZE_MAX ? 0 : swap);
+  const size_t cgroup = cgroupAllowance();
+  if (bytes <= host && bytes <= cgroup) return okStatus();
+  const bool byCgroup = cgroup < host;
+  return systemError(
+      "cannot reserve ", bytes, " bytes of shared host memory for ", what, ": only ",
+      byCgroup ? cgroup : host, " bytes are left (",
+      byCgroup ? "what the memory cgroup's limit leaves" : "MemAvailable + SwapFree in /proc/meminfo",
+      "); ask for less, or free memory");
+}
+
 Status sharedMemoryCreate(size_t bytes, int* fd, void** addr) {
   *fd = -1;
   *addr = nullptr;
+  BRAID_CHECK(checkMemoryAvailable(bytes, "a shared memory file"));
   int f = memfd_create("braid-mem", MFD_CLOEXEC);
   if (f < 0) return systemError("memfd_create failed: ", std::strerror(errno));
   if (ftruncate(f, static_cast<off_t>(bytes)) != 0) {

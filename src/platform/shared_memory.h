@@ -18,6 +18,13 @@
 
 namespace braid {
 
+// Refuses to reserve `bytes` of shared memory (`what` names it) beyond what
+// the host can give: MemAvailable plus SwapFree (/proc/meminfo), and what
+// the process's cgroup (v2) still allows. Shared memory is charged to no
+// process, so reserving more than that makes the kernel kill processes to
+// make room, the caller's neighbours first, instead of failing the call.
+Status checkMemoryAvailable(size_t bytes, const char* what);
+
 // `bytes` of zeroed memory, reserved up front (an exhausted memory limit is
 // an error here, not a SIGBUS on first touch). Returns the mapping and the
 // file descriptor that peers open.

@@ -18,6 +18,7 @@
 #include "core/dev_resources.h"
 #include "core/nccl_device_abi.h"
 #include "nccl.h"
+#include "platform/shared_memory.h"
 
 namespace {
 
@@ -603,6 +604,22 @@ TEST(Api, MemAllocRoundTrip) {
   EXPECT_EQ(ncclMemFree(p), ncclSuccess);
   EXPECT_EQ(ncclMemFree(p), ncclInvalidArgument);  // double free is caught
   EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);
+}
+
+// Shared memory beyond what the host can give is refused before any of it
+// is reserved: reserving it would have the kernel kill processes, the
+// caller's neighbours first, instead of failing the call.
+TEST(Api, MemAllocBeyondTheHostsMemoryIsRefused) {
+  const size_t huge = size_t(1) << 60;
+  // The guard first: were it to let this size through, the call below would
+  // reserve it for real.
+  ASSERT_FALSE(braid::checkMemoryAvailable(huge, "a test").ok());
+  EXPECT_TRUE(braid::checkMemoryAvailable(4096, "a test").ok());
+  void* p = nullptr;
+  EXPECT_EQ(ncclMemAlloc(&p, huge), ncclSystemError);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("bytes are left"), std::string::npos)
+      << ncclGetLastError(nullptr);
 }
 
 #pragma GCC diagnostic push

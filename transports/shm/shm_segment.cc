@@ -33,6 +33,10 @@ bool isLocal(const std::string& name) { return name.rfind(kLocalPrefix, 0) == 0;
 // Reserves `bytes` of the /dev/shm file `fd` and maps it; closes `fd` on
 // failure. `what` names the segment in errors.
 Status reserveAndMap(int fd, size_t bytes, const std::string& what, void** out) {
+  if (Status room = checkMemoryAvailable(bytes, what.c_str()); !room.ok()) {
+    close(fd);
+    return room;
+  }
   const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (err != 0) {
     close(fd);
