@@ -1,6 +1,8 @@
 // Collectives and point-to-point: arguments are validated here, then the
 // call goes to the enqueue layer (core/enqueue.h, core/p2p.h).
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "api/api.h"
 #include "braid.h"
@@ -68,6 +70,60 @@ Status checkExtent(const char* countsName, const char* displsName, int p, size_t
   if (count > 0 && (displ > maxElems || count > maxElems - displ)) {
     return invalidArgument("arguments '", countsName, "[", p, "]' (", count, ") and '", displsName, "[", p,
                            "]' (", displ, ") reach past what an address space holds");
+  }
+  return okStatus();
+}
+
+// All-to-allv's blocks, one per peer and direction: none may reach past
+// the top of the address space, and a receive block may overlap neither a
+// send block (all-to-allv has no in-place form: the call would send bytes
+// it has overwritten) nor another receive block (two ranks' data would land
+// on the same bytes). Send blocks may share bytes: they are only read.
+Status checkAllToAllvBlocks(const void* send, const size_t* sendCounts, const size_t* sdispls,
+                            const void* recv, const size_t* recvCounts, const size_t* rdispls, int nranks,
+                            size_t es) {
+  struct Block {
+    uintptr_t begin, end;
+    int peer;
+    bool isRecv;
+  };
+  std::vector<Block> blocks;
+  for (int p = 0; p < nranks; ++p) {
+    for (const bool isRecv : {false, true}) {
+      const size_t count = isRecv ? recvCounts[p] : sendCounts[p], displ = isRecv ? rdispls[p] : sdispls[p];
+      if (count == 0) continue;
+      // checkExtent bounded (displ + count) * es by PTRDIFF_MAX: no overflow.
+      const uintptr_t base = reinterpret_cast<uintptr_t>(isRecv ? recv : send);
+      if (displ * es > UINTPTR_MAX - base || count * es > UINTPTR_MAX - base - displ * es) {
+        return invalidArgument("arguments '", isRecv ? "recvbuff" : "sendbuff", "' (", isRecv ? recv : send,
+                               "), '", isRecv ? "rdispls[" : "sdispls[", p, "]' (", displ, ") and '",
+                               isRecv ? "recvcounts[" : "sendcounts[", p, "]' (", count,
+                               ") reach past the top of the address space");
+      }
+      blocks.push_back({base + displ * es, base + displ * es + count * es, p, isRecv});
+    }
+  }
+  std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) { return a.begin < b.begin; });
+  auto describe = [&](const Block& b) {
+    return b.isRecv ? strCat("receive block from rank ", b.peer, " (", reinterpret_cast<const void*>(b.begin),
+                             ", ", b.end - b.begin, " bytes)")
+                    : strCat("send block to rank ", b.peer, " (", reinterpret_cast<const void*>(b.begin),
+                             ", ", b.end - b.begin, " bytes)");
+  };
+  // Among the blocks before each one, the send and the receive block that
+  // reach farthest: one of them overlaps it if any does.
+  const Block* farthest[2] = {nullptr, nullptr};
+  for (const Block& b : blocks) {
+    for (const bool isRecv : {false, true}) {
+      const Block* a = farthest[isRecv];
+      if (a != nullptr && a->end > b.begin && (isRecv || b.isRecv)) {
+        return invalidArgument(
+            "all-to-allv's ", describe(*a), " and ", describe(b), " overlap: ",
+            isRecv && b.isRecv ? "two ranks' data would land on the same bytes" : "it has no in-place form",
+            "; pass disjoint blocks");
+      }
+    }
+    if (farthest[b.isRecv] == nullptr || b.end > farthest[b.isRecv]->end) farthest[b.isRecv] = &b;
   }
   return okStatus();
 }
@@ -208,6 +264,8 @@ BRAID_API(ncclResult_t, ncclAllToAllv, const void* sendbuff, const size_t sendco
       BRAID_CHECK(checkExtent("sendcounts", "sdispls", p, sendcounts[p], sdispls[p], api::rawEnum(datatype)));
       BRAID_CHECK(checkExtent("recvcounts", "rdispls", p, recvcounts[p], rdispls[p], api::rawEnum(datatype)));
     }
+    BRAID_CHECK(checkAllToAllvBlocks(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
+                                     c->nranks(), datatypeSize(datatype)));
     return enqueueAllToAllv(c, sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, stream);
   }, comm);
 }

@@ -176,6 +176,19 @@ TEST(Api, BadInputTable) {
          return ncclAllToAllv(buf, counts, far, buf + 2, counts, zero, ncclFloat, liveComm(), nullptr);
        },
        ncclInvalidArgument, "sdispls[0]"},
+      {"AllToAllv send and receive blocks overlap",
+       [&] {
+         const size_t counts[1] = {2}, zero[1] = {0};
+         return ncclAllToAllv(buf, counts, zero, buf + 1, counts, zero, ncclFloat, liveComm(), nullptr);
+       },
+       ncclInvalidArgument, "no in-place form"},
+      {"AllToAllv receive block wraps the address space",
+       [&] {
+         const size_t counts[1] = {8}, zero[1] = {0};
+         return ncclAllToAllv(buf, counts, zero, reinterpret_cast<void*>(UINTPTR_MAX - 15), counts, zero,
+                              ncclFloat, liveComm(), nullptr);
+       },
+       ncclInvalidArgument, "recvbuff"},
       {"AllToAllv NULL counts",
        [&] {
          return ncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, ncclFloat, liveComm(), nullptr);
@@ -493,6 +506,39 @@ TEST(Api, PreMulSumOperators) {
   ncclRedOp_t op;
   EXPECT_EQ(ncclRedOpCreatePreMulSum(&op, &immediate, ncclFloat, static_cast<ncclScalarResidence_t>(7), liveComm()),
             ncclInvalidArgument);
+}
+
+// All-to-allv's blocks: receive blocks overlapping each other are refused
+// (the BadInputTable has a receive block on a send block); send blocks may
+// share bytes, and disjoint blocks may interleave in one buffer.
+TEST(Api, AllToAllvBlocksMustNotOverlap) {
+  ncclComm_t comms[2] = {};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  float data[2][6];
+  const size_t two[2] = {2, 2}, sameSend[2] = {0, 0}, recvOverlap[2] = {2, 3}, recvApart[2] = {2, 4};
+  EXPECT_EQ(ncclAllToAllv(data[0], two, sameSend, data[0], two, recvOverlap, ncclFloat, comms[0], nullptr),
+            ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("same bytes"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  // Rank r's buffer: [its one send block | from rank 0 | from rank 1].
+  for (int r = 0; r < 2; ++r) {
+    std::fill(std::begin(data[r]), std::end(data[r]), -1.0f);
+    data[r][0] = 10.0f * r + 1;
+    data[r][1] = 10.0f * r + 2;
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ncclAllToAllv(data[r], two, sameSend, data[r], two, recvApart, ncclFloat, comms[r], nullptr),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < 2; ++r) {
+    for (int p = 0; p < 2; ++p) {
+      EXPECT_EQ(data[r][2 + 2 * p], 10.0f * p + 1) << "rank " << r << " from " << p;
+      EXPECT_EQ(data[r][3 + 2 * p], 10.0f * p + 2) << "rank " << r << " from " << p;
+    }
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
 TEST(Api, SingleRankCollectivesCopy) {
