@@ -144,7 +144,12 @@ Status runNow(Communicator* comm, const CollArgs& a) {
   const bool gpu = comm->backend() == Backend::Gpu;
   Status s = [&]() -> Status {
     // On GPUs a device-resident PreMulSum scalar is read by the kernel.
-    BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar, /*leavePointer=*/gpu));
+    if (a.opTaken) {
+      plan.scalar = a.opScalar;
+      if (!gpu) loadScalar(&plan.scalar, a.datatype);
+    } else {
+      BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar, /*leavePointer=*/gpu));
+    }
     TuneInput in{a.type,
                  tuneBytes(a, comm->nranks()),
                  comm->nranks(),
@@ -225,14 +230,18 @@ Status enqueueCollective(Communicator* comm, const CollArgs& args) {
     return invalidArgument("argument 'root' is ", args.root, "; the communicator has ", comm->nranks(),
                            " ranks");
   }
-  if (args.type != CollType::AllGather && args.type != CollType::Broadcast) {
-    BRAID_CHECK(comm->redOps().resolve(args.op, args.datatype));
-  }
+  const bool reduces = args.type != CollType::AllGather && args.type != CollType::Broadcast;
+  ScalarBits scalar;
+  if (reduces) BRAID_CHECK(comm->redOps().resolve(args.op, args.datatype, &scalar, /*leavePointer=*/true));
   // An empty collective moves nothing: it is not run, nor matched across
   // ranks (NCCL discards it too), unless BRAID_CHECK_COLL compares it.
   if (args.count == 0 && !paramCheckColl.get()) return okStatus();
   if (groupDepth() > 0) {
-    groupDefer(comm, args, runNow);
+    CollArgs deferred = args;
+    // A PreMulSum operator may be destroyed before the group runs.
+    deferred.opTaken = reduces && static_cast<int>(args.op) >= ncclNumOps;
+    deferred.opScalar = scalar;
+    groupDefer(comm, deferred, runNow);
     return okStatus();
   }
   return runNow(comm, args);

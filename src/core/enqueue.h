@@ -43,6 +43,12 @@ struct CollArgs {
   ncclRedOp_t op;  // reductions only
   int root;        // broadcast and reduce only
   void* stream = nullptr;  // GPU backend: the stream the work goes on (the host ignores it)
+  // A PreMulSum operator taken when a call inside a group was made: its
+  // scalar, or where a ncclScalarDevice scalar lives. NCCL lets the caller
+  // destroy the operator as soon as the call has returned, before the group
+  // runs it.
+  bool opTaken = false;
+  ScalarBits opScalar{};
 };
 
 // Validates what needs the communicator (root range, op), then runs the

@@ -74,13 +74,18 @@ Status RedOpTable::resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits
   if (scalar != nullptr) {
     if (e.residence == ncclScalarHostImmediate) {
       *scalar = e.value;
-    } else if (leavePointer) {
-      scalar->pointer = e.pointer;
     } else {
-      std::memcpy(scalar->bytes, e.pointer, datatypeSize(type));
+      scalar->pointer = e.pointer;
+      if (!leavePointer) loadScalar(scalar, type);
     }
   }
   return okStatus();
+}
+
+void loadScalar(ScalarBits* scalar, ncclDataType_t type) {
+  if (scalar->pointer == nullptr) return;
+  std::memcpy(scalar->bytes, scalar->pointer, datatypeSize(type));
+  scalar->pointer = nullptr;
 }
 
 }  // namespace braid

@@ -49,6 +49,11 @@ class RedOpTable {
   std::vector<Entry> ops_;
 };
 
+// Makes a scalar that `resolve` left as a pointer (ncclScalarDevice) ready
+// for the host: its value is read from there (host memory on the host
+// backend).
+void loadScalar(ScalarBits* scalar, ncclDataType_t type);
+
 // The name of a datatype as NCCL's docs spell it ("ncclFloat32"), for messages.
 const char* datatypeName(ncclDataType_t type);
 

@@ -508,6 +508,33 @@ TEST(Api, PreMulSumOperators) {
             ncclInvalidArgument);
 }
 
+// An operator destroyed after the grouped calls that use it returned, before
+// the group runs them, as NCCL allows: the group uses the operator as it
+// was (a pointed-to scalar is still read when the collective runs).
+TEST(Api, PreMulSumDestroyedBeforeItsGroupRuns) {
+  float in[3] = {1, 2, 3}, byValueOut[3] = {}, byPointerOut[3] = {};
+  float immediate = 2, pointed = 3;
+  ncclRedOp_t byValue, byPointer;
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&byValue, &immediate, ncclFloat, ncclScalarHostImmediate, liveComm()),
+            ncclSuccess);
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&byPointer, &pointed, ncclFloat, ncclScalarDevice, liveComm()),
+            ncclSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(in, byValueOut, 3, ncclFloat, byValue, liveComm(), nullptr), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(in, byPointerOut, 3, ncclFloat, byPointer, liveComm(), nullptr), ncclSuccess);
+  EXPECT_EQ(ncclRedOpDestroy(byValue, liveComm()), ncclSuccess);
+  EXPECT_EQ(ncclRedOpDestroy(byPointer, liveComm()), ncclSuccess);
+  pointed = 5;
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(byValueOut[i], 2 * in[i]);
+    EXPECT_EQ(byPointerOut[i], 5 * in[i]);
+  }
+  ncclResult_t state = ncclInternalError;
+  ASSERT_EQ(ncclCommGetAsyncError(liveComm(), &state), ncclSuccess);
+  EXPECT_EQ(state, ncclSuccess);
+}
+
 // All-to-allv's blocks: receive blocks overlapping each other are refused
 // (the BadInputTable has a receive block on a send block); send blocks may
 // share bytes, and disjoint blocks may interleave in one buffer.
