@@ -135,7 +135,22 @@ Communicator::~Communicator() {
 }
 
 void Communicator::setAsyncError(const Status& status) {
-  if (!revoked_.load()) asyncError_.store(status.code());
+  if (revoked_.load()) return;
+  if (!status.ok() && status.code() != ncclInProgress) {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    const ncclResult_t before = asyncError_.load();
+    if (before == ncclSuccess || before == ncclInProgress || asyncErrorCause_.empty()) {
+      asyncErrorCause_ = status.message();
+    }
+    lastError_ = status.message();
+  }
+  asyncError_.store(status.code());
+}
+
+std::string Communicator::asyncErrorCause() const {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  return asyncError_.load() == ncclSuccess || asyncError_.load() == ncclInProgress ? std::string()
+                                                                                   : asyncErrorCause_;
 }
 
 void Communicator::abortOperations() {
@@ -180,7 +195,6 @@ ncclResult_t Communicator::pollAsyncError() {
     Status s = g->deviceStatus();
     if (!s.ok()) {
       BRAID_WARN("%s", s.message().c_str());
-      recordError(s.message());
       setAsyncError(s);
     }
   }
@@ -735,8 +749,9 @@ Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady, CommUse
                           "ncclCommGetAsyncError until it returns ncclSuccess");
     }
     if (state != ncclSuccess) {
-      return invalidUsage("the communicator is in error (", ncclGetErrorString(state),
-                          "): destroy or abort it; ncclGetLastError(comm) says what failed");
+      const std::string cause = comm->asyncErrorCause();
+      return invalidUsage("the communicator is in error (", ncclGetErrorString(state), ")",
+                          cause.empty() ? std::string() : strCat(" since: ", cause), "; destroy or abort it");
     }
     if (comm->finalized()) return invalidUsage("the communicator was finalized (ncclCommFinalize)");
   }

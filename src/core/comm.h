@@ -134,7 +134,12 @@ class Communicator : public StallListener {
     GpuEngine* g = gpuView_.load();
     return g != nullptr ? g->flush() : okStatus();
   }
+  // Sets asyncError() to the status's code. A failure is also recorded as
+  // the communicator's last error and, when it puts a working communicator
+  // in error, kept as the cause that later refused calls repeat.
   void setAsyncError(const Status& status);
+  // Why the communicator is in error (empty while it is not).
+  std::string asyncErrorCause() const;
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }
   const std::atomic<bool>& abortFlag() const { return abort_; }
@@ -324,6 +329,7 @@ class Communicator : public StallListener {
   std::atomic<bool> revoked_{false};
   mutable std::mutex errorMutex_;
   std::string lastError_;
+  std::string asyncErrorCause_;  // guarded by errorMutex_
 
   std::shared_ptr<InitOutcome> outcome_ = std::make_shared<InitOutcome>();
   std::mutex initThreadMutex_;  // stopInit may race between an aborter and the init caller

@@ -81,11 +81,8 @@ void runInit(Communicator* comm, const std::vector<bootstrap::UniqueIdData>& ids
              const std::shared_ptr<InitOutcome>& outcome) {
   Status s = setDevice(comm->device());
   if (s.ok()) s = comm->initialize(ids);
-  if (!s.ok()) {
-    comm->recordError(s.message());
-    BRAID_WARN("rank %d: init failed: %s", comm->rank(), s.message().c_str());
-  }
-  comm->setAsyncError(s);
+  if (!s.ok()) BRAID_WARN("rank %d: init failed: %s", comm->rank(), s.message().c_str());
+  comm->setAsyncError(s);  // a failure is also the communicator's last error
   std::lock_guard<std::mutex> lock(outcome->mutex);
   outcome->status = s;
   outcome->done = true;

@@ -535,6 +535,30 @@ TEST(Api, PreMulSumDestroyedBeforeItsGroupRuns) {
   EXPECT_EQ(state, ncclSuccess);
 }
 
+// After a group fails at ncclGroupEnd, ncclGetLastError(comm) gives that
+// failure rather than an earlier call's, and so do the refusals that follow
+// while the communicator is in error.
+TEST(Api, LastErrorOfACommIsTheCauseOfItsError) {
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  float send[8] = {}, recv[4] = {};
+  EXPECT_EQ(allReduceRaw()(send, send, 1, 99, ncclSum, comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("datatype"), std::string::npos);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclSend(send, 8, ncclFloat, 0, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclRecv(recv, 4, ncclFloat, 0, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  const std::string cause = ncclGetLastError(comm);
+  EXPECT_NE(cause.find("meets a receive"), std::string::npos) << cause;
+  EXPECT_EQ(ncclAllReduce(send, send, 1, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
+  const std::string later = ncclGetLastError(comm);
+  EXPECT_NE(later.find("in error"), std::string::npos) << later;
+  EXPECT_NE(later.find("meets a receive"), std::string::npos) << later;
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
 // All-to-allv's blocks: receive blocks overlapping each other are refused
 // (the BadInputTable has a receive block on a send block); send blocks may
 // share bytes, and disjoint blocks may interleave in one buffer.
