@@ -129,17 +129,21 @@ BRAID_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 
 BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
           ncclConfig_t* config) {
-  return api::apiGuard("ncclCommSplit", [&]() -> Status {
-    Communicator* parent = nullptr;
-    BRAID_CHECK(lookupComm(comm, &parent, /*needReady=*/true));
-    BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
-    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
-      return invalidArgument("argument 'color' is ", color, "; it must be >= 0 or NCCL_SPLIT_NOCOLOR");
-    }
-    CommConfig parsed;
-    BRAID_CHECK(readCommConfig(config, &parsed));
-    return commSplit(parent, color, key, newcomm, config ? &parsed : nullptr);
-  }, comm);
+  return api::apiGuard(
+      "ncclCommSplit",
+      [&]() -> Status {
+        CommUse use;  // held while the operation runs
+        Communicator* parent = nullptr;
+        BRAID_CHECK(lookupComm(comm, &parent, /*needReady=*/true, &use));
+        BRAID_CHECK(api::checkNotNull(newcomm, "newcomm"));
+        if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+          return invalidArgument("argument 'color' is ", color, "; it must be >= 0 or NCCL_SPLIT_NOCOLOR");
+        }
+        CommConfig parsed;
+        BRAID_CHECK(readCommConfig(config, &parsed));
+        return commSplit(parent, color, key, newcomm, config ? &parsed : nullptr);
+      },
+      comm);
 }
 
 BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
@@ -148,8 +152,9 @@ BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, 
       "ncclCommShrink",
       [&]() -> Status {
         // A communicator in error may be shrunk: that is how a job leaves a dead rank behind.
+        CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
-        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false));
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false, &use));
         if (c->asyncError() == ncclInProgress) {
           return invalidUsage(
               "the communicator is still initializing (non-blocking init): poll "
@@ -231,8 +236,9 @@ BRAID_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
   return api::apiGuard(
       "ncclCommRegister",
       [&]() -> Status {
+        CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
-        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
         BRAID_CHECK(api::checkNotNull(buff, "buff"));
         BRAID_CHECK(api::checkNotNull(handle, "handle"));
         BRAID_CHECK(api::checkRange(buff, size, "buff"));
@@ -245,8 +251,9 @@ BRAID_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle)
   return api::apiGuard(
       "ncclCommDeregister",
       [&]() -> Status {
+        CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
-        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
         BRAID_CHECK(api::checkNotNull(handle, "handle"));
         return c->deregisterBuffer(handle);
       },
@@ -261,8 +268,9 @@ BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, siz
   return api::apiGuard(
       "ncclCommWindowRegister",
       [&]() -> Status {
+        CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
-        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
         BRAID_CHECK(api::checkNotNull(buff, "buff"));
         BRAID_CHECK(api::checkNotNull(win, "win"));
         *win = nullptr;
@@ -287,8 +295,9 @@ BRAID_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t 
   return api::apiGuard(
       "ncclCommWindowDeregister",
       [&]() -> Status {
+        CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
-        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
         BRAID_CHECK(api::checkNotNull(win, "win"));
         return c->deregisterWindow(win);
       },
@@ -303,8 +312,9 @@ BRAID_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, const ncclDevCommReq
   return api::apiGuard(
       "ncclDevCommCreate",
       [&]() -> Status {
+        CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
-        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
         BRAID_CHECK(api::checkNotNull(reqs, "reqs"));
         BRAID_CHECK(api::checkNotNull(outDevComm, "outDevComm"));
         return c->devCommCreate(*reqs, outDevComm);
@@ -315,8 +325,9 @@ BRAID_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const ncclDevComm* 
   return api::apiGuard(
       "ncclDevCommDestroy",
       [&]() -> Status {
+        CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
-        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true));
+        BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/true, &use));
         BRAID_CHECK(api::checkNotNull(devComm, "devComm"));
         return c->devCommDestroy(*devComm);
       },

@@ -475,6 +475,62 @@ TEST(CommFaults, AbortFromAnotherThreadReleasesInit) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// The blocking calls that wait on peers besides collectives (split, window
+// registration, shrink) hold the communicator while they run: an abort from
+// another thread releases them and frees the communicator only after they
+// returned (it freed it under them before). Rank 0 sits each one out.
+TEST(CommFaults, AbortFromAnotherThreadReleasesSplitWindowAndShrink) {
+  RootProcess root = startRootProcess({"BRAID_BOOTSTRAP_TIMEOUT=60"});
+  auto out = runRanks(
+      2,
+      [&](int rank, int nranks) -> std::string {
+        ncclComm_t base = nullptr;
+        std::string err = check(ncclCommInitRank(&base, nranks, root.id, rank), "init");
+        if (!err.empty()) return err;
+        void* mem = nullptr;
+        if (ncclMemAlloc(&mem, 4096) != ncclSuccess) return "ncclMemAlloc";
+        for (const char* call : {"split", "window", "shrink"}) {
+          ncclComm_t c = nullptr;
+          err = check(ncclCommSplit(base, 0, rank, &c, nullptr), "split of the base");
+          if (!err.empty()) return err;
+          if (rank == 1) {
+            double abortSecs = -1;
+            std::thread aborter([&] {
+              usleep(300000);
+              auto a0 = std::chrono::steady_clock::now();
+              (void)ncclCommAbort(c);
+              abortSecs = std::chrono::duration<double>(std::chrono::steady_clock::now() - a0).count();
+            });
+            auto t0 = std::chrono::steady_clock::now();
+            ncclResult_t r = ncclSuccess;
+            ncclComm_t child = nullptr;
+            ncclWindow_t win = nullptr;
+            if (std::string(call) == "split") r = ncclCommSplit(c, 0, 0, &child, nullptr);
+            if (std::string(call) == "window")
+              r = ncclCommWindowRegister(c, mem, 4096, &win, NCCL_WIN_DEFAULT);
+            if (std::string(call) == "shrink")
+              r = ncclCommShrink(c, nullptr, 0, &child, nullptr, NCCL_SHRINK_DEFAULT);
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const std::string text = ncclGetLastError(nullptr);
+            aborter.join();
+            if (r == ncclSuccess) return strCat(call, " succeeded without rank 0");
+            if (text.find("aborted") == std::string::npos)
+              return strCat(call, ": not reported as aborted: ", text);
+            if (secs > 5 || abortSecs > 1)
+              return strCat(call, " took ", secs, " s, the abort ", abortSecs, " s");
+          }
+          float x = 1;  // rank 0 waits here until rank 1 is done
+          err = check(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, base, nullptr), "all-reduce on the base");
+          if (!err.empty()) return err;
+          if (rank == 0) (void)ncclCommDestroy(c);
+        }
+        (void)ncclMemFree(mem);
+        return check(ncclCommDestroy(base), "destroy");
+      },
+      60);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 // ---------------------------------------------------------------- threads
 
 TEST(CommThreads, InitAllMakesOneCommunicatorPerDevice) {
