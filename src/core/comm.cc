@@ -460,9 +460,12 @@ int channelsFor(int localRanks, int nnodes) {
 
 void Communicator::onStall(int channel) {
   if (!paramDumpOnStall.get()) return;
-  BRAID_WARN("comm %p rank %d: stalled on channel %d; collectives issued %llu; FIFO state follows",
-             static_cast<void*>(this), rank_, channel, static_cast<unsigned long long>(collectiveSeq_));
-  channels_->dump(channel);
+  BRAID_WARN(
+      "comm %p rank %d: stalled on %s; collectives issued %llu, point-to-point batches %llu; FIFO state "
+      "follows",
+      static_cast<void*>(this), rank_, channel >= 0 ? strCat("channel ", channel).c_str() : "point-to-point",
+      static_cast<unsigned long long>(collectiveSeq_), static_cast<unsigned long long>(p2pSeq_));
+  if (channels_ != nullptr) channels_->dump(channel);
   std::string p2p;
   for (const auto& [peer, end] : p2pSend_) p2p += fifoState("send to", peer, end.get());
   for (const auto& [peer, end] : p2pRecv_) p2p += fifoState("recv from", peer, end.get());

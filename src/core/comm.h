@@ -191,6 +191,9 @@ class Communicator : public StallListener {
   // Connectors to every peer, for direct algorithms (set up once).
   Status ensureDirect();
   uint64_t nextCollectiveSeq() { return ++collectiveSeq_; }
+  // Numbers the host's send/receive batches that involve other ranks (a
+  // group's, or one call's), for their error messages.
+  uint64_t nextP2pSeq() { return ++p2pSeq_; }
   int nnodes() const { return nnodes_; }
   int localRanks() const { return localRanks_; }
   // NCCL's load-store-accessible team (ncclTeamLsa): the ranks of this node
@@ -226,8 +229,9 @@ class Communicator : public StallListener {
   static int hostCores();
   // CPUs in this process's affinity mask (mpirun's binding).
   static int allowedCores();
-  // A wait of `channel` timed out: with BRAID_DUMP_ON_STALL=1, logs every
-  // channel's counters and FIFO state.
+  // A wait of `channel` (-1: a send/receive batch) timed out: with
+  // BRAID_DUMP_ON_STALL=1, logs every channel's counters and FIFO state and
+  // the point-to-point connectors'.
   void onStall(int channel) override;
   // Point-to-point connectors, set up with the peers' matching calls.
   Status ensureP2p(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
@@ -319,6 +323,7 @@ class Communicator : public StallListener {
   bool directReady_ = false;
   std::map<int, std::unique_ptr<ConnectorEnd>> p2pSend_, p2pRecv_;
   uint64_t collectiveSeq_ = 0;
+  uint64_t p2pSeq_ = 0;
 
   friend class CommUse;
   friend Status lookupComm(ncclComm_t, Communicator**, bool, class CommUse*);

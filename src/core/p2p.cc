@@ -147,6 +147,7 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
   }
   sends.groupByPeer(), recvs.groupByPeer();
   if (sends.open == 0 && recvs.open == 0) return okStatus();
+  const uint64_t seq = comm->nextP2pSeq();
   BRAID_CHECK(comm->ensureP2p(sends.peers, recvs.peers));
   for (PeerRun& r : sends.runs) r.conn = &comm->p2pSend(r.peer)->conn;
   for (PeerRun& r : recvs.runs) r.conn = &comm->p2pRecv(r.peer)->conn;
@@ -173,7 +174,7 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
       for (const PeerRun& r : side->runs) {
         if (r.begin < r.end && ended[r.peer].load(std::memory_order_acquire)) {
           const Progress& p = side->progress[r.begin];
-          return remoteError("point-to-point #", comm->nextCollectiveSeq(), ": the process of rank ", r.peer,
+          return remoteError("point-to-point #", seq, ": the process of rank ", r.peer,
                              " ended while this rank waited to ", side == &sends ? "send to" : "receive from",
                              " it (", p.done, "/", p.op->bytes, " bytes)");
         }
@@ -223,8 +224,9 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
                             "/", p.op->bytes, " bytes)");
         }
       }
-      return remoteError("point-to-point #", comm->nextCollectiveSeq(), ": no progress for ",
-                         comm->stallTimeoutSeconds(), " s on:", waiting, "; those ranks may have died or be stuck");
+      comm->onStall(-1);
+      return remoteError("point-to-point #", seq, ": no progress for ", comm->stallTimeoutSeconds(),
+                         " s on:", waiting, "; those ranks may have died or be stuck");
     }
   }
   return okStatus();

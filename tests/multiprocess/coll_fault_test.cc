@@ -121,6 +121,58 @@ TEST(CollFaults, AMissingRankStallsWithAnErrorNamingItAndDumpsFifos) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// The same for sends and receives: the error numbers the send/receive batch
+// (the communicator's fourth here; the collective count is left alone) and
+// names the peer and the bytes moved, and the dump has the point-to-point
+// connectors.
+TEST(CollFaults, AMissingSendStallsWithAnErrorNamingTheBatchAndDumpsFifos) {
+  RootProcess root = startRootProcess();
+  const ScopedTempDir tmp("braid-p2p-stall-");
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string& dir = tmp.path();
+  auto out = runRanks(
+      2,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        std::vector<float> send(1024, 1.0f), recv(1024);
+        err = check(ncclAllReduce(send.data(), recv.data(), send.size(), ncclFloat, ncclSum, comm, nullptr),
+                    "all-reduce");
+        for (int i = 0; i < 3 && err.empty(); ++i) {
+          ncclGroupStart();
+          ncclSend(send.data(), send.size(), ncclFloat, 1 - rank, comm, nullptr);
+          ncclRecv(recv.data(), recv.size(), ncclFloat, 1 - rank, comm, nullptr);
+          err = check(ncclGroupEnd(), "exchange");
+        }
+        if (!err.empty()) return err;
+        if (rank == 1) {  // never sends the fourth time
+          std::this_thread::sleep_for(std::chrono::seconds(4));
+          ncclCommAbort(comm);
+          return "";
+        }
+        ncclResult_t r = ncclRecv(recv.data(), recv.size(), ncclFloat, 1, comm, nullptr);
+        std::string text = ncclGetLastError(comm);
+        ncclCommAbort(comm);
+        if (r != ncclRemoteError) return "expected ncclRemoteError, got " + std::to_string(r) + ": " + text;
+        err = expect(text.find("point-to-point #4:") != std::string::npos &&
+                         text.find("receive from rank 1 (0/4096 bytes)") != std::string::npos,
+                     "message lacks the batch or the peer: " + text);
+        if (!err.empty()) return err;
+        std::ifstream log(dir + "/log." + std::to_string(getpid()));
+        std::stringstream content;
+        content << log.rdbuf();
+        return expect(
+            content.str().find("collectives issued 1, point-to-point batches 4") != std::string::npos &&
+                content.str().find("point-to-point: send to rank 1") != std::string::npos,
+            "no point-to-point dump in the log: " + content.str());
+      },
+      60,
+      {"BRAID_STALL_TIMEOUT=2", "BRAID_DUMP_ON_STALL=1", "NCCL_DEBUG=WARN",
+       "NCCL_DEBUG_FILE=" + dir + "/log.%p"});
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 // The others notice at once (their host's peer processes are watched), not
 // at the stall timeout (300 s here): a wait on a rank whose process ended
 // fails.
