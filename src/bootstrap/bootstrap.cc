@@ -12,6 +12,9 @@
 namespace braid::bootstrap {
 namespace {
 constexpr double kStrayTimeoutSec = 10.0;
+// How much longer than the bootstrap timeout a rank waits for the root's
+// answer to its hello (see joinRoot).
+constexpr double kRootAnswerMarginSec = 2.0;
 
 // Which root serves `rank` when there are nIds of them.
 uint32_t rootIndexOf(uint32_t rank, uint32_t nranks, uint32_t nIds) {
@@ -94,8 +97,12 @@ Status Bootstrap::joinRoot(const std::vector<UniqueIdData>& ids) {
                        " s): is the process that called ncclGetUniqueId still running? (", st.message(), ")");
   }
   BRAID_CHECK(s.sendAll(bytes.data(), bytes.size(), dl, options_.abort).withContext("sending hello to the root"));
+  // The root answers by its own deadline, set when the id was made, so
+  // before this one unless this rank joined at once; the margin lets its
+  // answer (which ranks are missing) arrive rather than this rank's own
+  // time-out, whose closed connection the root would then report instead.
   RootReply reply;
-  st = receiveRootReply(s, dl, options_.abort, &reply);
+  st = receiveRootReply(s, deadlineIn(options_.timeoutSec + kRootAnswerMarginSec), options_.abort, &reply);
   if (!st.ok()) {
     if (st.code() == ncclInvalidUsage) return st;
     return remoteError("no answer from the bootstrap root at ", id.root.toString(), ": ", st.message());

@@ -312,7 +312,10 @@ void Root::run() {
     fds.push_back({listener_.fd(), POLLIN, 0});
     for (Pending& p : pending_) fds.push_back({p.socket.fd(), POLLIN, 0});
     for (Joined& j : joined_) fds.push_back({j.socket.fd(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), 100);
+    // At most 100 ms, and not past the deadline: ranks count on the root
+    // failing the job on time (Bootstrap::joinRoot).
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<decltype(left)>(left + 1, 0, 100)));
     acceptNew();
     readPending();
     if (done_) break;

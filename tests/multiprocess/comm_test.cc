@@ -323,6 +323,24 @@ TEST(CommFaults, RankKilledDuringInitFailsTheOthersInTime) {
   EXPECT_FALSE(out[3].exited);  // SIGKILLed
 }
 
+// A rank that never arrives is named to every rank that did, by the root at
+// its deadline: no rank times out first and gets blamed for leaving.
+TEST(CommFaults, ARankThatNeverArrivesIsNamedToEveryRank) {
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(
+      3,
+      [&](int rank, int) -> std::string {
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitRank(&comm, 4, root.id, rank) == ncclSuccess) return "init succeeded without rank 3";
+        const std::string text = ncclGetLastError(nullptr);
+        return text.find("3 of 4 joined; missing: 3") != std::string::npos
+                   ? ""
+                   : "not told who is missing: " + text;
+      },
+      30, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 TEST(CommFaults, RootGoneBeforeRanksArrive) {
   RootProcess root = startRootProcess(kFastEnv);
   ncclUniqueId id = root.id;
