@@ -104,11 +104,9 @@ Status checkAllToAllvBlocks(const void* send, const size_t* sendCounts, const si
     }
   }
   std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) { return a.begin < b.begin; });
-  auto describe = [&](const Block& b) {
-    return b.isRecv ? strCat("receive block from rank ", b.peer, " (", reinterpret_cast<const void*>(b.begin),
-                             ", ", b.end - b.begin, " bytes)")
-                    : strCat("send block to rank ", b.peer, " (", reinterpret_cast<const void*>(b.begin),
-                             ", ", b.end - b.begin, " bytes)");
+  auto describe = [](const Block& b) {
+    return strCat(b.isRecv ? "receive block from rank " : "send block to rank ", b.peer, " (",
+                  reinterpret_cast<const void*>(b.begin), ", ", b.end - b.begin, " bytes)");
   };
   // Among the blocks before each one, the send and the receive block that
   // reach farthest: one of them overlaps it if any does.

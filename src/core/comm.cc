@@ -139,9 +139,7 @@ void Communicator::setAsyncError(const Status& status) {
   if (!status.ok() && status.code() != ncclInProgress) {
     std::lock_guard<std::mutex> lock(errorMutex_);
     const ncclResult_t before = asyncError_.load();
-    if (before == ncclSuccess || before == ncclInProgress || asyncErrorCause_.empty()) {
-      asyncErrorCause_ = status.message();
-    }
+    if (before == ncclSuccess || before == ncclInProgress) asyncErrorCause_ = status.message();
     lastError_ = status.message();
   }
   asyncError_.store(status.code());
@@ -149,8 +147,8 @@ void Communicator::setAsyncError(const Status& status) {
 
 std::string Communicator::asyncErrorCause() const {
   std::lock_guard<std::mutex> lock(errorMutex_);
-  return asyncError_.load() == ncclSuccess || asyncError_.load() == ncclInProgress ? std::string()
-                                                                                   : asyncErrorCause_;
+  const ncclResult_t state = asyncError_.load();
+  return state == ncclSuccess || state == ncclInProgress ? std::string() : asyncErrorCause_;
 }
 
 void Communicator::abortOperations() {

@@ -23,17 +23,19 @@ size_t pageBytes() {
 
 namespace {
 
-// A /proc/meminfo field in bytes, or SIZE_MAX if it is missing.
-size_t meminfoBytes(const char* field) {
+// MemAvailable + SwapFree from /proc/meminfo in bytes (SIZE_MAX without
+// MemAvailable), read in one pass.
+size_t meminfoRoom() {
   std::ifstream in("/proc/meminfo");
-  std::string name;
+  std::string name, unit;
   unsigned long long kib = 0;
-  std::string unit;
+  size_t available = SIZE_MAX, swapFree = 0;
   while (in >> name >> kib) {
     std::getline(in, unit);
-    if (name == std::string(field) + ":") return static_cast<size_t>(kib) * 1024;
+    if (name == "MemAvailable:") available = static_cast<size_t>(kib) * 1024;
+    if (name == "SwapFree:") swapFree = static_cast<size_t>(kib) * 1024;
   }
-  return SIZE_MAX;
+  return available == SIZE_MAX ? SIZE_MAX : available + swapFree;
 }
 
 // The least of limit - usage over the cgroup directory `path` under `root`
@@ -76,8 +78,7 @@ size_t cgroupAllowance() {
 }  // namespace
 
 Status checkMemoryAvailable(size_t bytes, const char* what) {
-  const size_t available = meminfoBytes("MemAvailable"), swap = meminfoBytes("SwapFree");
-  const size_t host = available == SIZE_MAX ? SIZE_MAX : available + (swap == SIZE_MAX ? 0 : swap);
+  const size_t host = meminfoRoom();
   const size_t cgroup = cgroupAllowance();
   if (bytes <= host && bytes <= cgroup) return okStatus();
   const bool byCgroup = cgroup < host;
