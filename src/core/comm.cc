@@ -443,16 +443,38 @@ int Communicator::allowedCores() {
 }
 
 namespace {
-int channelsFor(int localRanks, int nnodes) {
+int channelsFor(int localRanks, int nnodes, int allowedCores, int hostCores) {
   // Across nodes the proxy thread moves every byte to and from the network:
   // it gets a core of the rank's share (2 cores, 1 rank per node: 0.9 against
   // 0.5 GB/s all-reduce busbw with one channel instead of two). A rank bound
   // to fewer CPUs than its share gets what it is bound to: channels beyond
   // those would take turns on them (16 cores, 2 ranks bound to a core each,
   // 2 MiB all-reduce: 4.8 GB/s busbw on 8 channels).
-  const int cores =
-      std::min(Communicator::allowedCores(), Communicator::hostCores() / std::max(1, localRanks));
+  const int cores = std::min(allowedCores, hostCores / std::max(1, localRanks));
   return std::max(1, nnodes > 1 ? cores - 1 : cores);
+}
+
+// The selector's inputs from every rank's host, so that each rank computes
+// the same (the ranks of a node counted from `nodeOf`).
+AgreedShape agreeShape(const std::vector<PeerInfo>& peers, const std::vector<int>& nodeOf, int nnodes) {
+  AgreedShape shape;
+  std::vector<int> onNode(static_cast<size_t>(nnodes), 0);
+  for (int node : nodeOf) ++onNode[static_cast<size_t>(node)];
+  shape.maxLocalRanks = *std::max_element(onNode.begin(), onNode.end());
+  shape.channels = kMaxChannels;
+  auto least = [](double* agreed, double mine) {
+    if (mine > 0) *agreed = *agreed > 0 ? std::min(*agreed, mine) : mine;
+  };
+  for (size_t r = 0; r < peers.size(); ++r) {
+    const PeerInfo& p = peers[r];
+    if (p.hostCores > 0)
+      shape.minCores = shape.minCores > 0 ? std::min(shape.minCores, p.hostCores) : p.hostCores;
+    shape.channels = std::min(shape.channels, channelsFor(onNode[static_cast<size_t>(nodeOf[r])], nnodes,
+                                                          p.allowedCores, p.hostCores));
+    least(&shape.ringBusGBs, p.ringBusGBs);
+    least(&shape.treeBusGBs, p.treeBusGBs);
+  }
+  return shape;
 }
 }  // namespace
 
@@ -483,6 +505,10 @@ Status Communicator::exchangePeerInfo() {
   me.hostHash = fnv1a(me.hostId, std::strlen(me.hostId));
   me.p2pDirectMin = static_cast<uint64_t>(paramGpuP2pDirectMin.get());
   me.ringDirectMin = static_cast<uint64_t>(paramGpuRingDirectMin.get());
+  me.hostCores = hostCores();
+  me.allowedCores = allowedCores();
+  me.ringBusGBs = topoSchedule_.ringBusBw;
+  me.treeBusGBs = topoSchedule_.treeBusBw;
   if (backend_ == Backend::Gpu && nranks_ > 1) {
     BRAID_CHECK(PeerBuffers::create(commHash_, rank_, &peerBuffers_));
     me.sharedFd = peerBuffers_->fd();
@@ -532,7 +558,7 @@ Status Communicator::exchangePeerInfo() {
       localIndex_[static_cast<size_t>(r)] += nodeOf[static_cast<size_t>(q)] == nodeOf[static_cast<size_t>(r)];
   }
   localRanks_ = static_cast<int>(std::count(nodeOf.begin(), nodeOf.end(), nodeOf[static_cast<size_t>(rank_)]));
-  hostChannels_ = channelsFor(localRanks_, nnodes_);
+  shape_ = agreeShape(peers_, nodeOf, nnodes_);
   // The registered-buffer table serves only ranks of this host in other
   // processes (which read the descriptor from the peer info just sent).
   bool tableUsed = false;
@@ -596,7 +622,7 @@ Status Communicator::exchangePeerInfo() {
   // interconnect once each way however the launcher bound them; GPU ranks in
   // the order of the topology's rings (fastest links, spread over channels).
   std::vector<std::vector<int>> keys(static_cast<size_t>(nranks_));
-  int nch = std::min(hostChannels(), kMaxChannels);
+  int nch = std::min(shape_.channels, kMaxChannels);
   if (backend_ == Backend::Gpu) {
     nch = 1;
     for (int r = 0; r < nranks_; ++r) {

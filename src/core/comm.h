@@ -81,6 +81,24 @@ struct PeerInfo {
   // GPU backend: the memory file of this rank's registered-buffer table
   // (core/peer_buffers.h), which its host's other processes map; -1: none.
   int32_t sharedFd = -1;
+  // What this rank's host affords, for the communicator's agreed shape:
+  // Communicator::hostCores() and allowedCores(), and the bus bandwidth the
+  // topology search expects of its node's rings and trees (GPU backend;
+  // 0: unknown).
+  int32_t hostCores = 0;
+  int32_t allowedCores = 0;
+  double ringBusGBs = 0, treeBusGBs = 0;
+};
+
+// What the selector reads of a communicator, the same on every rank: ranks
+// of one collective must choose the same algorithm, protocol, channels and
+// steps, though their hosts may hold different numbers of ranks or cores.
+// Computed from every rank's PeerInfo.
+struct AgreedShape {
+  int maxLocalRanks = 1;                  // ranks on the host that holds the most
+  int minCores = 0;                       // cores of the smallest host (0: unknown)
+  int channels = 1;                       // host channels: the fewest any rank's share of its host affords
+  double ringBusGBs = 0, treeBusGBs = 0;  // the slowest node's (0: unknown)
 };
 
 // Checks that every rank runs the same Braid release and backend and, on the
@@ -217,15 +235,14 @@ class Communicator : public StallListener {
   // ranks' PeerInfo::p2pRead and neither's p2pDisabled, so both answer
   // alike, as their connectors need.
   bool p2pRead(int peer) const;
-  // Channels the host can run in parallel for this rank: cores per local
-  // rank, less one for the proxy when there are several nodes (known once
-  // the ranks' hosts are; read by every collective).
-  int hostChannels() const { return hostChannels_; }
+  // The selector's view of the communicator, agreed by all ranks (known
+  // once the ranks' hosts are; read by every collective). Its channels: the
+  // host channels every rank can run in parallel, cores per local rank less
+  // one for the proxy when there are several nodes, the least of any rank.
+  const AgreedShape& agreedShape() const { return shape_; }
   // More ranks on this host than it has cores: a waiting rank should give
   // its core away at once, the rank it waits for may be queued behind it.
   bool oversubscribed() const { return localRanks_ > cores_; }
-  // hostCores(), read once per communicator (the selector's input).
-  int cores() const { return cores_; }
   static int hostCores();
   // CPUs in this process's affinity mask (mpirun's binding).
   static int allowedCores();
@@ -297,7 +314,7 @@ class Communicator : public StallListener {
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   int nnodes_ = 1, localRanks_ = 1, lsaSize_ = 1;
-  int hostChannels_ = 1;
+  AgreedShape shape_;
   const int cores_ = hostCores();
   bool ll128_ = false;
   std::unique_ptr<ConnectorFactory> connectors_;

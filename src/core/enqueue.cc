@@ -150,13 +150,16 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     } else {
       BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar, /*leavePointer=*/gpu));
     }
+    // Every rank must choose alike: the communicator's agreed shape, not
+    // this rank's host.
+    const AgreedShape& shape = comm->agreedShape();
     TuneInput in{a.type,
                  tuneBytes(a, comm->nranks()),
                  comm->nranks(),
                  comm->nnodes(),
-                 comm->localRanks(),
-                 gpu ? kMaxChannels : comm->hostChannels(),
-                 gpu ? 0 : comm->cores()};
+                 shape.maxLocalRanks,
+                 gpu ? kMaxChannels : shape.channels,
+                 gpu ? 0 : shape.minCores};
     in.gpu = gpu;
     const int op = static_cast<int>(a.op);
     in.fewAlgos = gpu && a.type == CollType::AllReduce && op != ncclSum && op != ncclAvg;
@@ -164,8 +167,8 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     in.ll128 =
         gpu && comm->ll128() &&
         (a.type == CollType::AllGather || a.type == CollType::Broadcast || op == ncclSum || op == ncclAvg);
-    in.ringBusGBs = comm->topologySchedule().ringBusBw;
-    in.treeBusGBs = comm->topologySchedule().treeBusBw;
+    in.ringBusGBs = shape.ringBusGBs;
+    in.treeBusGBs = shape.treeBusGBs;
     // Where the communicator has windows, first the choice as if the buffers
     // were in them: only when that is zero-copy are the buffers looked up (a
     // lock each), so small collectives skip the lookup. Otherwise the best
@@ -204,8 +207,9 @@ Status runNow(Communicator* comm, const CollArgs& a) {
       if (peers && !plan.choice.zeroCopy) BRAID_CHECK(comm->ensureDirect());
     }
     plan.ringChunkBytes = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get())
-                          : comm->oversubscribed() && comm->nnodes() == 1 ? kOversubscribedChunkBytes
-                                                                          : kDefaultChunkBytes;
+                          : shape.maxLocalRanks > shape.minCores && comm->nnodes() == 1
+                              ? kOversubscribedChunkBytes
+                              : kDefaultChunkBytes;
     plan.streamBytes = hostStreamBytes();
     // A failed net connector raises plan.cancel, ending the channels' waits at once.
     comm->connectors().watch(&plan.cancel);

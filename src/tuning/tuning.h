@@ -53,10 +53,10 @@ struct TuneInput {
   CollType coll;
   size_t bytes;  // bytes of one rank's input (all-gather: its block; reduce-scatter: all blocks)
   int nranks;
-  int nnodes;       // hosts the ranks run on
-  int localRanks;   // ranks on this rank's host
-  int maxChannels;  // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
-  int cores = 0;    // cores of this host (0: unknown); fewer than localRanks means ranks share cores
+  int nnodes;        // hosts the ranks run on
+  int localRanks;    // ranks on the host that holds the most (every rank must choose alike)
+  int maxChannels;   // what the machine affords (cores per local rank), before NCCL_MAX_NCHANNELS
+  int cores = 0;     // cores of the smallest host (0: unknown); fewer than localRanks means ranks share cores
   bool gpu = false;  // the GPU backend (its own cost constants)
   // GPU all-reduce with an operator other than sum and average (prod, min,
   // max, PreMulSum): the kernels of those operators hold Ring, and Direct

@@ -10,6 +10,8 @@
 #   Ranks fill the nodes in blocks (rank r on node r / RANKS_PER_NODE), or
 #   round-robin (rank r on node r % NODES, as mpirun --map-by node) when the
 #   variables include PLACEMENT=cyclic (read here, not passed on).
+#   RANKS=n (read here): n ranks instead of NODES x RANKS_PER_NODE, so the
+#   last nodes hold fewer (hosts with different rank counts).
 #   SCENARIO sweep     every rank runs the sweep; all must succeed
 #            kill      all-reduces in a loop; the last rank is killed (SIGKILL):
 #                      every other rank must fail, naming a rank, in time
@@ -42,11 +44,13 @@ shift 4
 extra_env=()
 last_env=()
 placement=block
+ranks=
 expect_net=
 rxe=0
 for v in "$@"; do
   case $v in
     PLACEMENT=*) placement=${v#PLACEMENT=} ;;
+    RANKS=*) ranks=${v#RANKS=} ;;
     EXPECT_NET=*) expect_net=${v#EXPECT_NET=} ;;
     RXE=*) rxe=${v#RXE=} ;;
     LAST_RANK_*) last_env+=("${v#LAST_RANK_}") ;;
@@ -108,7 +112,7 @@ for ((i = 0; i < nodes; i++)); do
   fi
 done
 
-nranks=$((nodes * per))
+nranks=${ranks:-$((nodes * per))}
 common=(BRAID_BACKEND=host BRAID_BOOTSTRAP_TIMEOUT=20 BRAID_STALL_TIMEOUT=10 BRAID_NET_LINK_TIMEOUT=4
         NCCL_DEBUG=WARN)
 mode=sweep

@@ -207,6 +207,28 @@ TEST(CollPlacement, RoundRobinHostsSweep) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// Hosts holding different numbers of ranks (2 + 1): each rank sees its own
+// host's rank count, yet all must choose alike for every collective (before,
+// the lone rank chose Tree where the others chose Ring, and the first
+// all-reduce hung), by default and with the tree forced.
+TEST(CollPlacement, UnevenHostsSweep) {
+  for (const char* algo : {"NCCL_ALGO=", "NCCL_ALGO=allreduce:Tree"}) {
+    SCOPED_TRACE(algo);
+    std::vector<std::string> env = kEnv;
+    env.insert(env.end(), {"NCCL_DEBUG=WARN", algo});
+    RootProcess root = startRootProcess(env);
+    auto out = runRanks(
+        3,
+        [&](int rank, int nranks) {
+          setenv("BRAID_HOSTID", rank < 2 ? "host-of-two" : "host-of-one", 1);
+          ParamRegistry::instance().reload();
+          return sweep(root.id, rank, nranks, SweepCounts::kQuick);
+        },
+        300, env);
+    EXPECT_EQ(describeFailures(out), "");
+  }
+}
+
 // Teams made by ncclCommSplit from a parent of n ranks: each runs the sweep
 // (quick counts) with its new ranks, the odd and even teams at the same time.
 class CollSplit : public ::testing::TestWithParam<std::tuple<int, SplitShape>> {};
