@@ -127,6 +127,32 @@ Status runForComm(Communicator* comm, const std::vector<const Deferred*>& items,
   return first;
 }
 
+// NCCL matches a group's sends and receives by peer, whatever their places
+// among the group's collectives: ranks may interleave them differently.
+// Each rank therefore runs its share's collectives in call order and then
+// its sends and receives as one batch (a blocking task keeps its place; the
+// operations on each side of one are ordered so separately). Before, a send
+// placed before a collective on one rank and after it on the other ran on
+// each side of it there: the collective took the message as its data, or
+// the two waited on each other's connections.
+void collectivesThenSendRecv(std::vector<const Deferred*>& list) {
+  thread_local std::vector<const Deferred*> held;
+  held.clear();
+  size_t out = 0;  // never past the item being read: items only move later
+  for (const Deferred* d : list) {
+    if (!d->collective && !d->task) {
+      held.push_back(d);
+      continue;
+    }
+    if (d->task) {
+      for (const Deferred* p : held) list[out++] = p;
+      held.clear();
+    }
+    list[out++] = d;
+  }
+  for (const Deferred* p : held) list[out++] = p;
+}
+
 }  // namespace
 
 bool groupMustNotBlock() { return tlsNoBlock; }
@@ -193,8 +219,9 @@ Status groupEnd(GroupSimulation* simulate) {
     simulate->estimatedTimeUs = pending.empty() ? 0.0f : NCCL_UNDEF_FLOAT;
     return okStatus();
   }
-  // Each communicator's operations in call order; communicators in order of
-  // first use (a group rarely spans more than a few). Both reused per thread.
+  // Each communicator's collectives in call order, then its sends and
+  // receives (collectivesThenSendRecv); communicators in order of first use
+  // (a group rarely spans more than a few). Both reused per thread.
   struct Lists {
     std::vector<Communicator*> order;
     std::vector<std::vector<const Deferred*>> lists;  // the first order.size() are this group's
@@ -214,6 +241,7 @@ Status groupEnd(GroupSimulation* simulate) {
     }
     lists[i - 1].push_back(&d);
   }
+  for (size_t i = 0; i < order.size(); ++i) collectivesThenSendRecv(lists[i]);
   const Status done = inProgress ? Status(ncclInProgress, "non-blocking initialization continues in the background")
                                  : okStatus();
   if (order.size() <= 1) {

@@ -282,6 +282,58 @@ TEST_P(P2pSweep, SendRecvAllToAllGatherScatter) {
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, P2pSweep, ::testing::Values(1, 2, 3, 5));
 
+// A group's sends and receives may sit anywhere among its collectives, each
+// rank placing them differently, as NCCL allows: rank 0 {send to 1, send to
+// itself, all-reduce, receive from itself, receive from 1}, rank 1
+// {all-reduce, receive from 0, send to 0}. Before, the all-reduce (one-shot
+// at the smaller sizes) took rank 0's message as its input (wrong results
+// and ncclSuccess), at 100000 elements the ranks waited for each other's
+// connections until the bootstrap timeout, and the send to itself was
+// refused as unmatched.
+TEST(CollGroups, SendRecvAnywhereAmongTheCollectives) {
+  RootProcess root = startRootProcess(kEnv);
+  auto body = [&](int rank, int nranks) -> std::string {
+    ncclComm_t comm = nullptr;
+    std::string err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "init");
+    if (!err.empty()) return err;
+    for (size_t count : {256, 1000, 100000}) {
+      if (!err.empty()) break;
+      std::vector<float> sum(count), msg(count), got(count, -1), self(count, -1);
+      for (size_t i = 0; i < count; ++i) {
+        sum[i] = static_cast<float>(rank * 1000 + i % 997);
+        msg[i] = static_cast<float>(5000000 + rank * 100000 + i % 4099);
+      }
+      const int peer = 1 - rank;
+      auto allReduce = [&] {
+        return ncclAllReduce(sum.data(), sum.data(), count, ncclFloat, ncclSum, comm, nullptr);
+      };
+      err += check(ncclGroupStart(), "group start");
+      if (rank == 0) {  // {send, all-reduce, receive}, a send to itself split by the collective
+        err += check(ncclSend(msg.data(), count, ncclFloat, peer, comm, nullptr), "send");
+        err += check(ncclSend(msg.data(), count, ncclFloat, rank, comm, nullptr), "self send");
+        err += check(allReduce(), "all-reduce");
+        err += check(ncclRecv(self.data(), count, ncclFloat, rank, comm, nullptr), "self recv");
+        err += check(ncclRecv(got.data(), count, ncclFloat, peer, comm, nullptr), "recv");
+      } else {  // {all-reduce, receive, send}
+        err += check(allReduce(), "all-reduce");
+        err += check(ncclRecv(got.data(), count, ncclFloat, peer, comm, nullptr), "recv");
+        err += check(ncclSend(msg.data(), count, ncclFloat, peer, comm, nullptr), "send");
+      }
+      err += check(ncclGroupEnd(), strCat("group end, count ", count).c_str());
+      for (size_t i = 0; i < count && err.empty(); ++i) {
+        if (sum[i] != static_cast<float>(1000 + 2 * (i % 997)))
+          err = strCat("count ", count, ": all-reduce element ", i, " is ", sum[i]);
+        else if (got[i] != static_cast<float>(5000000 + peer * 100000 + i % 4099))
+          err = strCat("count ", count, ": received element ", i, " is ", got[i]);
+        else if (rank == 0 && self[i] != msg[i])
+          err = strCat("count ", count, ": element ", i, " sent to itself is ", self[i]);
+      }
+    }
+    return err + check(ncclCommDestroy(comm), "destroy");
+  };
+  EXPECT_EQ(describeFailures(runRanks(2, body, 120, kEnv)), "");
+}
+
 // One thread drives several communicators in one group, as a single process
 // with several devices does.
 TEST(CollThreads, OneThreadDrivesAllCommunicatorsInAGroup) {
