@@ -38,11 +38,15 @@ SizeParam paramGpuRingDirectMin(
     "GPU backend: a ring collective (Simple protocol) between ranks of the same process writes its results "
     "straight into the next rank's output buffer, skipping the FIFO, where a channel's part of it is at "
     "least this large (0: never; every rank uses 0 if any rank sets 0, else the largest value set)");
+// About three years: a timeout's nanoseconds stay far inside a deadline's range.
+constexpr int64_t kMaxTimeoutSeconds = 100000000;
 SizeParam paramBuffSize("BUFFSIZE", 4u << 20,
                          "Bytes of each connector's FIFO (all its steps together); larger moves more per step");
 IntParam paramStallTimeout("STALL_TIMEOUT", 300,
                            "Seconds a collective or send/receive may make no progress before the communicator "
-                           "fails with an error naming the operation, its sequence number, the channel and the peer");
+                           "fails with an error naming the operation, its sequence number, the channel and the "
+                           "peer (1 to 100000000)",
+                           1, kMaxTimeoutSeconds);
 BoolParam paramDumpOnStall("DUMP_ON_STALL", false,
                             "When an operation stalls past STALL_TIMEOUT, also log every channel's collective "
                             "counters and FIFO state (head, tail) before failing");
@@ -79,7 +83,8 @@ IntParam paramP2pRead("P2P_READ_ENABLE", -1,
                       -1, 1);
 IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
                                "Seconds any bootstrap wait (root, ring, peer messages) may take before init "
-                               "fails with an error naming the peer");
+                               "fails with an error naming the peer (1 to 100000000)",
+                               1, kMaxTimeoutSeconds);
 
 uint64_t fnv1a(const void* data, size_t len, uint64_t h = 0xcbf29ce484222325ull) {
   const uint8_t* p = static_cast<const uint8_t*>(data);

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -24,6 +25,9 @@ namespace braid {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 inline Deadline deadlineIn(double seconds) {
+  // Capped at about 30 years: a deadline past the clock's range would wrap
+  // into the past (every wait then ends at once) or overflow.
+  seconds = std::min(seconds, 1e9);
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 

@@ -116,11 +116,14 @@ StringParam paramProto("PROTO", "",
                        "this is set and allows it "
                        "(and the GPUs qualify: docs/gpu.md)",
                        {}, &validateProto);
-IntParam paramMinChannels("MIN_NCHANNELS", 1, "Fewest channels a collective runs on");
+// Counts above the 32 channels Braid has are taken as 32.
+IntParam paramMinChannels("MIN_NCHANNELS", 1, "Fewest channels a collective runs on (at most 32 are used)", 0,
+                          INT32_MAX);
 IntParam paramMaxChannels(
     "MAX_NCHANNELS", 0,
     "Most channels a collective runs on (0: as many as the machine affords: on the host "
-    "backend, cores per local rank; on GPUs 32)");
+    "backend, cores per local rank; on GPUs 32)",
+    0, INT32_MAX);
 
 // Host backend constants (microseconds, bytes per microsecond and channel),
 // from the 2-rank sweeps: Ring/Simple 8 B 1.0 us and 128 KiB 15.7 us,

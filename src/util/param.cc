@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "util/strings.h"
@@ -50,7 +51,8 @@ Status parseSize(const std::string& text, uint64_t* out) {
   if (t.empty()) return invalidArgument("expected a size in bytes, got an empty value");
   uint64_t mult = 1;
   if (t.size() > 1 && t.back() == 'B') t.pop_back();  // "4MB", "4KiB" -> strip B
-  if (t.size() > 2 && t.compare(t.size() - 1, 1, "I") == 0) t.pop_back();
+  // "KI" of "4KiB": the I only after a unit letter ("100I" is no size).
+  if (t.size() > 2 && t.back() == 'I' && std::strchr("KMGT", t[t.size() - 2]) != nullptr) t.pop_back();
   switch (t.empty() ? '\0' : t.back()) {
     case 'K': mult = 1ull << 10; break;
     case 'M': mult = 1ull << 20; break;

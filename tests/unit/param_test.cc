@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "util/param.h"
 
@@ -106,6 +107,35 @@ TEST_F(ParamTest, RangedIntegerRejectsValuesOutside) {
   }
 }
 
+// The library's timeouts: a value that would make every wait end at once
+// (0, negative) or overflow a deadline is refused, naming the variable
+// (before, -5 s made every init fail "within the bootstrap timeout (-5 s)",
+// and a huge bootstrap timeout left ranks waiting forever). Channel counts
+// past an int were truncated (2^32 + 4 ran 4 channels), negative ones ignored.
+TEST_F(ParamTest, LibraryTimeoutsAndChannelCountsRefuseValuesOutsideTheirRange) {
+  const struct {
+    const char* name;
+    std::vector<const char*> bad;
+  } cases[] = {{"NCCL_STALL_TIMEOUT", {"-5", "0", "99999999999"}},
+               {"NCCL_BOOTSTRAP_TIMEOUT", {"-5", "0", "9223372036854775807"}},
+               {"NCCL_NET_LINK_TIMEOUT", {"-1", "0", "5000000"}},
+               {"NCCL_MIN_NCHANNELS", {"-7", "4294967300"}},
+               {"NCCL_MAX_NCHANNELS", {"-1", "4294967295"}}};
+  for (const auto& c : cases) {
+    ASSERT_NE(ParamRegistry::instance().find(c.name + 5), nullptr) << c.name;
+    for (const char* bad : c.bad) {
+      set(c.name, bad);
+      Status s = ParamRegistry::instance().validate();
+      EXPECT_FALSE(s.ok()) << c.name << "=" << bad;
+      EXPECT_NE(s.message().find(c.name), std::string::npos) << s.message();
+    }
+    unsetenv(c.name);
+  }
+  set("NCCL_MIN_NCHANNELS", "64");  // more than Braid has: taken as 32
+  EXPECT_TRUE(ParamRegistry::instance().validate().ok());
+  unsetenv("NCCL_MIN_NCHANNELS");
+}
+
 TEST_F(ParamTest, ListIsSortedAndComplete) {
   auto params = ParamRegistry::instance().list();
   ASSERT_GE(params.size(), 4u);
@@ -123,6 +153,13 @@ TEST(ParamParsers, Sizes) {
   EXPECT_EQ(v, 512u);
   EXPECT_FALSE(parseSize("99999999999T", &v).ok());
   EXPECT_FALSE(parseSize("K", &v).ok());
+  EXPECT_TRUE(parseSize("4KiB", &v).ok());
+  EXPECT_EQ(v, 4096u);
+  EXPECT_TRUE(parseSize("2mb", &v).ok());
+  EXPECT_EQ(v, 2u << 20);
+  // An I only after a unit letter: these were read as 100 and 16 bytes.
+  EXPECT_FALSE(parseSize("100I", &v).ok());
+  EXPECT_FALSE(parseSize("16IB", &v).ok());
 }
 
 }  // namespace

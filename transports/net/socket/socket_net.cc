@@ -27,13 +27,18 @@ namespace braid {
 IntParam paramSocketNthreads("SOCKET_NTHREADS", -1,
                              "Helper threads per socket-transport connection (0: the proxy thread moves the "
                              "bytes itself); each serves NSOCKS_PERTHREAD TCP streams; -1: 1 on machines "
-                             "with 8 or more cores, else 0");
+                             "with 8 or more cores, else 0 (at most 64 are used)",
+                             -1, 1 << 20);
 IntParam paramNsocksPerthread("NSOCKS_PERTHREAD", 1,
                               "TCP streams per helper thread of a socket-transport connection (with "
-                              "SOCKET_NTHREADS=0: streams the proxy drives)");
+                              "SOCKET_NTHREADS=0: streams the proxy drives)",
+                              1, 1 << 20);
+// TCP_USER_TIMEOUT takes milliseconds in an unsigned int.
 IntParam paramNetLinkTimeout("NET_LINK_TIMEOUT", 20,
                              "Seconds a socket-transport stream may go unanswered (TCP keepalive and "
-                             "TCP_USER_TIMEOUT) before the connection fails with an error naming the peer");
+                             "TCP_USER_TIMEOUT) before the connection fails with an error naming the peer "
+                             "(1 to 4000000)",
+                             1, 4000000);
 
 namespace {
 
