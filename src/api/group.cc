@@ -14,17 +14,20 @@ BRAID_API(ncclResult_t, ncclGroupEnd) {
 
 BRAID_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   return api::apiGuard("ncclGroupSimulateEnd", [&]() -> Status {
-    BRAID_CHECK(api::checkNotNull(simInfo, "simInfo"));
-    if (simInfo->magic != NCCL_SIM_INFO_MAGIC) {
-      return invalidArgument("argument 'simInfo' has magic 0x", std::hex, simInfo->magic,
-                             "; initialize it with NCCL_SIM_INFO_INITIALIZER");
+    Status valid = api::checkNotNull(simInfo, "simInfo");
+    if (valid.ok() && simInfo->magic != NCCL_SIM_INFO_MAGIC) {
+      valid = invalidArgument("argument 'simInfo' has magic 0x", std::hex, simInfo->magic,
+                              "; initialize it with NCCL_SIM_INFO_INITIALIZER");
+    } else if (valid.ok() && simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float)) {
+      valid = invalidArgument("argument 'simInfo' has size ", simInfo->size, ", too small for an ncclSimInfo_t");
     }
-    if (simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float)) {
-      return invalidArgument("argument 'simInfo' has size ", simInfo->size,
-                             ", too small for an ncclSimInfo_t");
-    }
+    // The group ends either way, its operations not run (a simulation runs
+    // none): left open, the caller's next operations would be queued in it
+    // and return success without running.
     GroupSimulation sim;
-    BRAID_CHECK(groupEnd(&sim));
+    Status ended = valid.ok() || groupDepth() > 0 ? groupEnd(&sim) : okStatus();
+    BRAID_CHECK(valid);
+    BRAID_CHECK(ended);
     simInfo->estimatedTime = sim.estimatedTimeUs;
     return okStatus();
   });

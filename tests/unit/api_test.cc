@@ -691,7 +691,22 @@ TEST(Api, GroupsNestAndSimulate) {
   bad.magic = 1;
   EXPECT_EQ(ncclGroupStart(), ncclSuccess);
   EXPECT_EQ(ncclGroupSimulateEnd(&bad), ncclInvalidArgument);
-  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);  // the bad call did not consume the group
+  // The bad call ended the group, as NCCL's does: left open, the next
+  // calls would be queued in it and "succeed" without running.
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  float in = 3, out = -1;
+  for (ncclSimInfo_t* info : {&bad, static_cast<ncclSimInfo_t*>(nullptr)}) {
+    EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(&in, &out, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(ncclGroupSimulateEnd(info), ncclInvalidArgument);
+    EXPECT_EQ(out, -1.0f);  // not run, as a simulated group's operations are not
+    EXPECT_EQ(ncclAllReduce(&in, &out, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(out, 3.0f);  // outside any group: runs at once
+    out = -1;
+  }
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
 TEST(Api, MemAllocRoundTrip) {
