@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "util/log.h"
 #include "util/param.h"
 #include "util/strings.h"
 
@@ -47,8 +48,10 @@ Status parseList(const std::string& list, const char* const* names, int n, const
   const bool exclude = !body.empty() && body[0] == '^';
   if (exclude) body = body.substr(1);
   for (int i = 0; i < n; ++i) allowed[i] = exclude;
+  int named = 0;
   for (const std::string& name : split(body, ',')) {
     if (name.empty()) continue;
+    ++named;
     int found = -1;
     for (int i = 0; i < n; ++i) {
       if (lower(name) == lower(names[i])) found = i;
@@ -60,6 +63,9 @@ Status parseList(const std::string& list, const char* const* names, int n, const
     }
     allowed[found] = !exclude;
   }
+  // "," or "allreduce:" would allow nothing (or, as "^", exclude nothing):
+  // a mistake, not a setting.
+  if (named == 0) return invalidArgument("no ", what, " named in '", trim(list), "'");
   return okStatus();
 }
 
@@ -246,12 +252,16 @@ bool model(Algo a, const TuneInput& in, double* steps, double* bytes) {
 }
 
 // A note's text, kept for the life of the process (a handful of distinct
-// texts: one per collective and NCCL_ALGO/NCCL_PROTO setting).
+// texts: one per collective and NCCL_ALGO/NCCL_PROTO setting); each is
+// logged as a warning the first time, since the user's setting is not
+// followed.
 std::string_view keepNote(std::string text) {
   static std::mutex mutex;
   static std::set<std::string> notes;
   std::lock_guard<std::mutex> lock(mutex);
-  return *notes.insert(std::move(text)).first;
+  auto [it, first] = notes.insert(std::move(text));
+  if (first) BRAID_WARN("%s", it->c_str());
+  return *it;
 }
 
 }  // namespace

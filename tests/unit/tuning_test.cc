@@ -55,6 +55,14 @@ TEST(AlgoFilter, ListsExclusionsAndPerCollective) {
   EXPECT_TRUE(f.allowed[0][static_cast<int>(Protocol::LL)]);
   EXPECT_FALSE(f.allowed[0][static_cast<int>(Protocol::LL128)]);
   EXPECT_FALSE(parseProtoFilter("LL256", &f).ok());
+  // Lists naming nothing were taken as allowing nothing, then overridden.
+  for (const char* empty : {",", "allreduce:", "allreduce: ;broadcast:ring", "^", " , "}) {
+    Status s = parseAlgoFilter(empty, &f);
+    EXPECT_FALSE(s.ok()) << empty;
+    EXPECT_NE(s.message().find("no algorithm named"), std::string::npos) << s.message();
+  }
+  EXPECT_FALSE(parseProtoFilter(",", &f).ok());
+  EXPECT_TRUE(parseAlgoFilter("", &f).ok());  // unset: the selector chooses
 }
 
 TEST(AlgoFilter, BadValueFailsValidationNamingTheVariable) {
