@@ -86,6 +86,18 @@ IntParam paramBootstrapTimeout("BOOTSTRAP_TIMEOUT", 300,
                                "fails with an error naming the peer (1 to 100000000)",
                                1, kMaxTimeoutSeconds);
 
+// Each rank lays out its connectors' slots, steps and collective choices
+// from these: ranks that differ would stall or misread each other's data in
+// some later collective (a different BUFFSIZE surfaced at the tenth, as
+// "the ranks called different collectives"), so init refuses them instead.
+constexpr const char* kSharedSettings[kSharedSettingCount] = {
+    "BUFFSIZE", "CHUNK_SIZE", "ALGO", "PROTO", "MIN_NCHANNELS", "MAX_NCHANNELS", "ZERO_COPY_MAX_BYTES"};
+
+std::string sharedSettingValue(int i) {
+  const ParamBase* param = ParamRegistry::instance().find(kSharedSettings[i]);
+  return param == nullptr ? std::string() : param->valueText();
+}
+
 uint64_t fnv1a(const void* data, size_t len, uint64_t h = 0xcbf29ce484222325ull) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   for (size_t i = 0; i < len; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
@@ -514,6 +526,10 @@ Status Communicator::exchangePeerInfo() {
   me.allowedCores = allowedCores();
   me.ringBusGBs = topoSchedule_.ringBusBw;
   me.treeBusGBs = topoSchedule_.treeBusBw;
+  for (int i = 0; i < kSharedSettingCount; ++i) {
+    const std::string value = sharedSettingValue(i);
+    me.settingHash[i] = fnv1a(value.data(), value.size());
+  }
   if (backend_ == Backend::Gpu && nranks_ > 1) {
     BRAID_CHECK(PeerBuffers::create(commHash_, rank_, &peerBuffers_));
     me.sharedFd = peerBuffers_->fd();
@@ -695,6 +711,16 @@ Status checkPeers(const std::vector<PeerInfo>& peers, int myRank) {
   for (size_t r = 0; r < peers.size(); ++r) {
     const PeerInfo& p = peers[r];
     if (p.rank != static_cast<int>(r)) return internalError("peer info slot ", r, " holds rank ", p.rank);
+    for (int i = 0; i < kSharedSettingCount; ++i) {
+      if (p.settingHash[i] == me.settingHash[i]) continue;
+      const ParamBase* param = ParamRegistry::instance().find(kSharedSettings[i]);
+      const std::string var = param == nullptr || param->sourceVariable().empty()
+                                  ? strCat("NCCL_", kSharedSettings[i])
+                                  : param->sourceVariable();
+      return invalidUsage("ranks disagree on ", var, ": ", describePeer(me), " has '", sharedSettingValue(i), "', ",
+                          describePeer(p), " another value; each rank's collectives are laid out from it, so "
+                          "set it alike on every rank (or on none)");
+    }
     if (p.braidVersion != me.braidVersion) {
       return invalidUsage("Braid versions differ: ", describePeer(p), " runs ", p.braidVersion / 10000, ".",
                           p.braidVersion / 100 % 100, ".", p.braidVersion % 100, ", ", describePeer(me), " runs ",

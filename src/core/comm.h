@@ -44,6 +44,9 @@
 namespace braid {
 
 // What every rank tells every other at init (all-gathered; fixed size).
+// Parameters every rank of a communicator must set alike (comm.cc names them).
+constexpr int kSharedSettingCount = 7;
+
 struct PeerInfo {
   uint32_t braidVersion = 0;  // MAJOR*10000 + MINOR*100 + PATCH
   uint32_t backend = 0;       // Backend
@@ -88,6 +91,8 @@ struct PeerInfo {
   int32_t hostCores = 0;
   int32_t allowedCores = 0;
   double ringBusGBs = 0, treeBusGBs = 0;
+  // A hash of this rank's value of each of kSharedSettings (comm.cc).
+  uint64_t settingHash[kSharedSettingCount] = {};
 };
 
 // What the selector reads of a communicator, the same on every rank: ranks

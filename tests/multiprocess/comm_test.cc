@@ -446,6 +446,31 @@ TEST(CommFaults, DisagreeingRankCountsFail) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// Settings each rank lays its collectives out from must match: a rank with
+// another NCCL_BUFFSIZE (or chunk size, algorithm filter, ...) fails init on
+// every rank naming the variable. Before, the job ran until some later
+// collective stalled or blamed the user's calls ("rank 0 sent 8192 bytes at
+// step 10 where this rank expected 131072").
+TEST(CommFaults, RanksWithDifferentLayoutSettingsFailAtInit) {
+  for (const char* var : {"NCCL_BUFFSIZE", "NCCL_ALGO"}) {
+    RootProcess root = startRootProcess(kFastEnv);
+    auto out = runRanks(
+        2,
+        [&](int rank, int nranks) -> std::string {
+          if (rank == 1) setenv(var, std::strcmp(var, "NCCL_ALGO") == 0 ? "Ring" : "65536", 1);
+          ParamRegistry::instance().reload();
+          ncclComm_t comm = nullptr;
+          ncclResult_t r = ncclCommInitRank(&comm, nranks, root.id, rank);
+          std::string text = ncclGetLastError(nullptr);
+          if (r != ncclInvalidUsage || text.find(strCat("ranks disagree on ", var)) == std::string::npos)
+            return strCat(var, ": got ", r, ": ", text);
+          return "";
+        },
+        30, kFastEnv);
+    EXPECT_EQ(describeFailures(out), "") << var;
+  }
+}
+
 TEST(CommFaults, AbortFromAnotherThreadReleasesInit) {
   RootProcess root = startRootProcess({"BRAID_BOOTSTRAP_TIMEOUT=60"});
   auto out = runRanks(1, [&](int, int) -> std::string {
