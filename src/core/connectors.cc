@@ -16,6 +16,7 @@ Status ConnectorFactory::init() {
   net_.sink = sink_;
   int others = 0;
   for (const PeerPlace& p : peers_) others += p.sameHost ? 0 : 1;
+  if (others > 0) ended_ = sink_->peerFlags(peers_.size());  // raised by goodbyes
   if (others == 0) {
     BRAID_INFO(kLogNet, "transport: shared memory for every peer (all ranks on this host)");
     return okStatus();
@@ -57,8 +58,7 @@ void ConnectorFactory::watchPeerProcesses() {
     }
   }
   if (pids.empty()) return;
-  ended_ = std::make_unique<std::atomic<bool>[]>(peers_.size());
-  std::atomic<bool>* ended = ended_.get();
+  std::atomic<bool>* ended = ended_ = sink_->peerFlags(peers_.size());
   std::shared_ptr<PeerEndHook> hook = onEnd_;
   Status s = ProcessWatch::start(
       pids,
@@ -69,7 +69,7 @@ void ConnectorFactory::watchPeerProcesses() {
       },
       &processWatch_);
   if (!s.ok()) {
-    ended_.reset();  // nothing raises these
+    if (!anyNet_) ended_ = nullptr;  // nothing raises these
     BRAID_INFO(kLogInit,
                "not watching the processes of this host's peers (%s): a wait on a rank that died ends at "
                "BRAID_STALL_TIMEOUT",

@@ -74,10 +74,12 @@ class ConnectorFactory {
   // ended fails at once rather than at the stall timeout (peerEnded). Where
   // they cannot be watched (no pidfds) it logs why.
   void watchPeerProcesses();
-  // Per rank, raised once its process has ended; null when not watching.
-  // Only waits on that rank fail (after asking once more for what it wrote
-  // before it ended): ranks may leave at different times.
-  const std::atomic<bool>* peerEnded() const { return ended_.get(); }
+  // Per rank, raised once its process has ended or, for a rank on another
+  // host, once it closed its communicator (its net connectors said goodbye:
+  // NetErrorSink::closedCause); null when neither is watched. Only waits on
+  // that rank fail (after asking once more for what it wrote before it
+  // ended): ranks may leave at different times.
+  const std::atomic<bool>* peerEnded() const { return ended_; }
   // While watching: also calls `f(rank)` for each watched peer whose
   // process ended, now for those that ended already and then from the
   // watching thread as they end (so `f` must be quick; it may be called
@@ -110,7 +112,7 @@ class ConnectorFactory {
   std::string near_;
   int numa_ = -1;
   std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
-  std::unique_ptr<std::atomic<bool>[]> ended_;   // per rank; null when not watching
+  std::atomic<bool>* ended_ = nullptr;  // per rank, held by sink_; null when not watching
   struct PeerEndHook {
     std::mutex mutex;
     std::function<void(int)> f;  // callOnPeerEnd's

@@ -174,6 +174,13 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
       for (const PeerRun& r : side->runs) {
         if (r.begin < r.end && ended[r.peer].load(std::memory_order_acquire)) {
           const Progress& p = side->progress[r.begin];
+          Status closed = comm->connectors().errorSink().closedCause(r.peer);
+          if (!closed.ok()) {  // a rank on another host closed its communicator
+            comm->connectors().errorSink().record(closed);
+            return remoteError("point-to-point #", seq, ": this rank waited to ",
+                               side == &sends ? "send to" : "receive from", " rank ", r.peer, " (", p.done,
+                               "/", p.op->bytes, " bytes)");
+          }
           return remoteError("point-to-point #", seq, ": the process of rank ", r.peer,
                              " ended while this rank waited to ", side == &sends ? "send to" : "receive from",
                              " it (", p.done, "/", p.op->bytes, " bytes)");

@@ -18,6 +18,8 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "util/param.h"
+#include "util/strings.h"
 
 namespace braid::test {
 namespace {
@@ -265,6 +267,107 @@ TEST(CollFaults, WhatARankSentBeforeItEndedIsStillReceived) {
       60);
   EXPECT_EQ(describeFailures(out), "");
   for (const RankOutcome& o : out) EXPECT_TRUE(o.exited && o.exitCode == 0);
+}
+
+// Ranks on another "host" (BRAID_HOSTID) talk over the socket Net. One that
+// aborts its communicator (its process lives on) says goodbye on its
+// connections: a rank waiting for its data fails at once, naming it, rather
+// than at the stall timeout (before, the goodbye only stopped the connection).
+TEST(CollFaults, ARankOnAnotherHostThatAbortsFailsItsPeerAtOnce) {
+  const std::vector<std::string> env = {"BRAID_STALL_TIMEOUT=60", "BRAID_BOOTSTRAP_TIMEOUT=20"};
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      2,
+      [&](int rank, int n) -> std::string {
+        setenv("BRAID_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
+        ParamRegistry::instance().reload();
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        std::vector<float> buf(1 << 18, 1.0f);
+        for (int i = 0; i < 100000; ++i) {
+          if (rank == 1 && i == 3) {
+            ncclCommAbort(comm);
+            sleep(8);  // alive: its connections said goodbye but never break
+            return "";
+          }
+          // Rank 0 only receives (from the root), so only the goodbye can
+          // tell it that rank 1 left (no send of its own fails).
+          const auto t0 = std::chrono::steady_clock::now();
+          ncclResult_t r = ncclBroadcast(buf.data(), buf.data(), buf.size(), ncclFloat, 1, comm, nullptr);
+          if (r != ncclSuccess) {
+            const std::string text = ncclGetLastError(comm);
+            const double waited = secondsSince(t0);
+            ncclCommAbort(comm);
+            err = expect(r == ncclRemoteError &&
+                             text.find("net connection from rank 1 ") != std::string::npos &&
+                             text.find("rank 1 closed its communicator") != std::string::npos,
+                         "unexpected error: " + text);
+            if (!err.empty()) return err;
+            return expect(waited < 5, strCat("failed after ", waited, " s: ", text));
+          }
+        }
+        ncclCommAbort(comm);
+        return "never noticed the aborted rank";
+      },
+      120, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+// A goodbye when nothing is expected of the rank (the end of its job) fails
+// no one: the other host's ranks go on with each other, their communicator
+// not in error; only a receive from the rank that left fails, at once.
+TEST(CollFaults, AGoodbyeFromAnotherHostFailsOnlyWhatWaitsForTheRank) {
+  const std::vector<std::string> env = {"BRAID_STALL_TIMEOUT=60", "BRAID_BOOTSTRAP_TIMEOUT=20"};
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      4,
+      [&](int rank, int n) -> std::string {
+        setenv("BRAID_HOSTID", rank < 2 ? "host-a" : "host-b", 1);
+        ParamRegistry::instance().reload();
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        std::vector<float> buf(4096);
+        for (int i = 0; i < 20 && err.empty(); ++i) {
+          std::fill(buf.begin(), buf.end(), static_cast<float>(rank + i));
+          err = check(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr),
+                      "allreduce");
+          if (err.empty() && buf[7] != static_cast<float>(6 + 4 * i)) err = "allreduce: wrong sum";
+        }
+        if (!err.empty()) return err;
+        std::vector<float> mine(256, static_cast<float>(rank)), theirs(256);
+        if (rank == 0 || rank == 2) {  // a point-to-point connector across the hosts
+          ncclGroupStart();
+          ncclSend(mine.data(), mine.size(), ncclFloat, 2 - rank, comm, nullptr);
+          ncclRecv(theirs.data(), theirs.size(), ncclFloat, 2 - rank, comm, nullptr);
+          err = check(ncclGroupEnd(), "send/recv across the hosts");
+          if (!err.empty()) return err;
+        }
+        if (rank < 2) return check(ncclCommDestroy(comm), "destroy");
+        usleep(500000);  // host-a's goodbyes have come
+        ncclGroupStart();
+        ncclSend(mine.data(), mine.size(), ncclFloat, 5 - rank, comm, nullptr);
+        ncclRecv(theirs.data(), theirs.size(), ncclFloat, 5 - rank, comm, nullptr);
+        err = check(ncclGroupEnd(), "send/recv on host-b after host-a left");
+        if (!err.empty()) return err;
+        if (theirs[0] != static_cast<float>(5 - rank)) return "send/recv on host-b: wrong data";
+        ncclResult_t async = ncclInProgress;
+        (void)ncclCommGetAsyncError(comm, &async);
+        if (async != ncclSuccess)
+          return "in error after the goodbyes: " + std::string(ncclGetLastError(comm));
+        if (rank == 3) return check(ncclCommDestroy(comm), "destroy");
+        const auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t r = ncclRecv(theirs.data(), theirs.size(), ncclFloat, 0, comm, nullptr);
+        const std::string text = ncclGetLastError(comm);
+        ncclCommAbort(comm);
+        if (r != ncclRemoteError || text.find("rank 0 closed its communicator") == std::string::npos) {
+          return "a receive from the rank that left: " + std::to_string(r) + ": " + text;
+        }
+        return expect(secondsSince(t0) < 5, "a receive from the rank that left took too long to fail");
+      },
+      120, env);
+  EXPECT_EQ(describeFailures(out), "");
 }
 
 TEST(CollFaults, AbortFromAnotherThreadReleasesAWaitingCollective) {

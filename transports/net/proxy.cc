@@ -39,6 +39,7 @@ struct NetProxy::Conn {
   uint64_t done = 0;    // next step to complete
   NetRequest* reqs[kConnectorSteps] = {};
   bool failed = false;
+  bool saidGoodbye = false;     // receive: the peer closed its comm (kNetClosedTag)
   size_t landingBytes = 0;      // receive: what one step's message may hold
   std::vector<uint64_t> stage;  // receive: landing areas when a Simple slot is smaller than an LL slot
 
@@ -152,6 +153,7 @@ uint64_t NetProxy::add(std::unique_ptr<Conn> c) {
   std::lock_guard<std::mutex> lock(im.mu);
   im.waiting.fetch_sub(1);
   const uint64_t id = im.nextId++;
+  if (!c->isSend) c->sink->openedFrom(c->peer.rank);
   im.conns[id] = std::move(c);
   if (!im.running) {
     im.running = true;
@@ -200,6 +202,7 @@ void NetProxy::remove(uint64_t id) {
       net_->closeSend(c->send);
     } else {
       net_->closeRecv(c->recv);
+      if (!c->saidGoodbye) c->sink->closedFrom(c->peer.rank, false, okStatus());
     }
     im.conns.erase(it);
     if (im.conns.empty() && im.running) {
@@ -271,9 +274,18 @@ bool NetProxy::progressRecv(Conn* c) {
     Status st = net_->test(c->reqs[s % kConnectorSteps], &done, &size, &tag);
     if (!st.ok()) return fail(c, std::move(st)), moved;
     if (!done) break;
-    if (tag == kNetClosedTag) {  // the peer destroyed its communicator: stop serving
+    if (tag == kNetClosedTag) {
+      // The peer destroyed or aborted its communicator, after everything it
+      // sent (delivered above). Not an error unless this rank waits for
+      // more from it: the sink lets such waits fail at once.
       BRAID_INFO(kLogProxy, "proxy: %s closed its net connection", c->peer.description.c_str());
       c->failed = true;
+      c->saidGoodbye = true;
+      c->sink->closedFrom(c->peer.rank, true,
+                          remoteError("net connection from ", c->peer.description, " (", net_->name(),
+                                      "): rank ", c->peer.rank,
+                                      " closed its communicator (destroyed or aborted) while this rank "
+                                      "waited for data"));
       return moved;
     }
     st =

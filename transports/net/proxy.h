@@ -18,8 +18,10 @@
 // each carrying its flag, so the kernel never sees half a unit.
 // A failed connection (the peer died, the link dropped, a garbled frame)
 // stops that connector and records the error, naming the peer rank, in the
-// connector's ErrorSink; the waiting primitives then fail at their stall
-// timeout and the communicator reports the recorded cause.
+// connector's ErrorSink; the waiting primitives then fail at once and the
+// communicator reports the recorded cause. A peer that closed its comm in
+// an orderly way (a goodbye) records nothing: only waits that still expect
+// its data fail (NetErrorSink::closedCause).
 //
 // Thread safety: add/remove are called from communicator threads; the
 // proxy thread runs while at least one connector is registered.
@@ -28,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,9 +84,55 @@ class NetErrorSink {
     return first_;
   }
 
+  // A rank on another host that destroyed or aborted its communicator says
+  // goodbye on each of its connectors. That is no error by itself (it is how
+  // a job ends), so nothing is recorded: once every receive connector from
+  // the rank got its goodbye (all it sent has been delivered), its flag in
+  // `peerFlags` rises, and only a wait that still expects something of that
+  // rank fails, at once (core/connectors.h peerEnded), with closedCause().
+  // The flags live here, as long as the last connector using them.
+  std::atomic<bool>* peerFlags(size_t nranks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (flags_ == nullptr) flags_ = std::make_unique<std::atomic<bool>[]>(nranks), nflags_ = nranks;
+    return flags_.get();
+  }
+  void openedFrom(int rank) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Closing& c = closing_[rank];
+    ++c.open;
+    c.why = okStatus();  // a new connector: the rank lives on
+    if (flags_ != nullptr && static_cast<size_t>(rank) < nflags_) flags_[rank].store(false);
+  }
+  // A receive connector from `rank` got its goodbye (saidGoodbye) or was
+  // closed here.
+  void closedFrom(int rank, bool saidGoodbye, const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Closing& c = closing_[rank];
+    if (c.open > 0) --c.open;
+    if (!saidGoodbye) return;
+    if (c.why.ok()) c.why = why;
+    if (c.open == 0 && flags_ != nullptr && static_cast<size_t>(rank) < nflags_) {
+      flags_[rank].store(true, std::memory_order_release);
+    }
+  }
+  // Why a wait on `rank` cannot be served: ok unless every receive connector
+  // from it said goodbye.
+  Status closedCause(int rank) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = closing_.find(rank);
+    return it == closing_.end() || it->second.open > 0 ? okStatus() : it->second.why;
+  }
+
  private:
   mutable std::mutex mu_;
   Status first_;
+  struct Closing {
+    int open = 0;  // receive connectors from the rank still open
+    Status why;    // the first goodbye's error, for a wait that needed more
+  };
+  std::map<int, Closing> closing_;
+  std::unique_ptr<std::atomic<bool>[]> flags_;
+  size_t nflags_ = 0;
   std::atomic<bool> failed_{false};
   std::vector<std::atomic<bool>*> watched_;
   std::vector<std::pair<uint64_t, std::function<void()>>> calls_;

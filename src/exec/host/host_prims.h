@@ -33,6 +33,7 @@
 
 #include "exec/host/backoff.h"
 #include "exec/host/host_reduce.h"
+#include "transports/net/proxy.h"
 #include "transports/transport.h"
 #include "util/status.h"
 #include "util/strings.h"
@@ -57,6 +58,9 @@ struct PrimsContext {
   // Per rank of the communicator, raised when its process has ended (null:
   // not watched; core/connectors.h).
   const std::atomic<bool>* peerEnded = nullptr;
+  // Tells a rank on another host that closed its communicator from one whose
+  // process ended (null: no peer on another host).
+  NetErrorSink* net = nullptr;
   double timeoutSec = 300;
   int channel = 0;
   const char* collective = "";  // the API name; messages add " #seq"
@@ -81,9 +85,9 @@ struct PeerConnector {
 
 namespace detail {
 // The error of a wait that ended without its condition: aborted, cancelled
-// (another channel or a net connector failed), the process of `peer` ended,
-// or timed out (reported to ctx.stall first) waiting for `peer` to do
-// `what`.
+// (another channel or a net connector failed), the process of `peer` ended
+// or, on another host, it closed its communicator, or timed out (reported
+// to ctx.stall first) waiting for `peer` to do `what`.
 inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char* what, int peer,
                           uint64_t step) {
   const std::string op = strCat(ctx.collective, " #", ctx.seq);
@@ -93,6 +97,14 @@ inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char
                          step, "): the collective failed elsewhere");
   }
   if (r == Backoff::Result::PeerEnded) {
+    Status closed = ctx.net != nullptr ? ctx.net->closedCause(peer) : okStatus();
+    if (!closed.ok()) {
+      // Recorded as the communicator's net failure, as a dropped connection
+      // is: the other channels stop at once and the error names it first.
+      ctx.net->record(closed);
+      return remoteError(op, ": channel ", ctx.channel, " waited for rank ", peer, " ", what, " (step ", step,
+                         ")");
+    }
     return remoteError(op, ": the process of rank ", peer, " ended while channel ", ctx.channel,
                        " waited for it ", what, " (step ", step, ")");
   }
