@@ -5,7 +5,11 @@
 #include "transports/net/socket/socket_net.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -150,6 +154,82 @@ TEST(SocketNet, StrayConnectionsAreDroppedAndTheRealOneAccepted) {
   net->closeListen(listen);
   net->closeSend(send);
   net->closeRecv(recv);
+}
+
+// Sockets of this process: the listener and every stream count.
+int openSockets() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) ++n;
+  }
+  return n;
+}
+
+// Whether the peer of `s` closed or reset it within `ms`.
+bool closedByPeer(Socket& s, int ms) {
+  pollfd p{s.fd(), POLLIN, 0};
+  if (::poll(&p, 1, ms) != 1) return false;
+  char c;
+  const ssize_t k = ::recv(s.fd(), &c, 1, MSG_DONTWAIT);
+  return k == 0 || (k < 0 && errno == ECONNRESET);
+}
+
+TEST(SocketNet, StraysGoAtTheirDeadlineAndNothingOutlivesTheLastListen) {
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  ParamRegistry::instance().reload();
+  Net* net = nullptr;
+  ASSERT_TRUE(socketNet(&net).ok());
+  const int before = openSockets();
+  NetHandle handle;
+  NetListenComm* first = nullptr;
+  ASSERT_TRUE(net->listen(0, &handle, &first).ok());
+  NetProperties props;
+  ASSERT_TRUE(net->properties(0, &props).ok());
+  ASSERT_GT(props.port, 0);
+  SocketAddress addr;
+  ASSERT_TRUE(SocketAddress::parse("127.0.0.1:" + std::to_string(props.port), &addr).ok());
+  // A silent stray, taken in by one accept; then nobody accepts on that
+  // listen, but another listen starts after the stray's 5 s: it goes then.
+  Socket silent;
+  ASSERT_TRUE(Socket::connect(addr, deadlineIn(5), nullptr, &silent).ok());
+  NetRecvComm* recv = nullptr;
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(net->accept(first, &recv).ok());
+  EXPECT_FALSE(closedByPeer(silent, 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5500));
+  NetListenComm* second = nullptr;
+  ASSERT_TRUE(net->listen(0, &handle, &second).ok());
+  EXPECT_TRUE(closedByPeer(silent, 2000)) << "a stray outlived its hello deadline";
+  // Another stray still queued when the last listen closes goes with the
+  // listener: no socket is left, and the port refuses connections.
+  Socket queued;
+  ASSERT_TRUE(Socket::connect(addr, deadlineIn(5), nullptr, &queued).ok());
+  net->closeListen(first);
+  net->closeListen(second);
+  EXPECT_TRUE(closedByPeer(queued, 2000)) << "a stray outlived the last listen";
+  silent.close();
+  queued.close();
+  EXPECT_EQ(openSockets(), before) << "the Net keeps sockets after its last listen closed";
+  ASSERT_TRUE(net->properties(0, &props).ok());
+  EXPECT_EQ(props.port, 0);
+  Socket late;
+  EXPECT_FALSE(Socket::connect(addr, deadlineIn(0.3), nullptr, &late).ok());
+  // A later connection listens again and works.
+  Pair p;
+  connectPair(&p);
+  ASSERT_NE(p.recv, nullptr);
+  const char msg[] = "after";
+  char got[sizeof(msg)] = {};
+  NetRequest* s = nullptr;
+  NetRequest* r = nullptr;
+  ASSERT_TRUE(p.net->irecv(p.recv, got, sizeof(got), nullptr, &r).ok());
+  ASSERT_TRUE(p.net->isend(p.send, msg, sizeof(msg), 7, nullptr, &s).ok());
+  size_t size = 0;
+  uint32_t tag = 0;
+  ASSERT_TRUE(waitBoth(p.net, s, r, &size, &tag).ok());
+  EXPECT_EQ(std::string(got), "after");
+  p.net->closeSend(p.send);
+  p.net->closeRecv(p.recv);
 }
 
 TEST(SocketNet, DevicesGiveTheirPciFunction) {

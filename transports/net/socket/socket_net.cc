@@ -519,6 +519,8 @@ class SocketNet final : public Net {
                       .withContext(strCat("listening on ", ifaces_[static_cast<size_t>(dev)].name)));
       BRAID_CHECK(d.listener.localAddress(&d.address));
       BRAID_INFO(kLogNet, "NET/Socket: device %d listens on %s", dev, d.address.toString().c_str());
+    } else {
+      BRAID_CHECK(drain(&d));  // strays past their deadline go even while no accept runs
     }
     auto lc = std::make_unique<NetListenComm>();
     lc->dev = dev;
@@ -602,8 +604,11 @@ class SocketNet final : public Net {
   void closeRecv(NetRecvComm* comm) override { delete comm; }
   void closeListen(NetListenComm* lc) override {
     std::lock_guard<std::mutex> lock(mu_);
-    devs_[static_cast<size_t>(lc->dev)].pending.erase(lc->id);
+    const int dev = lc->dev;
+    Device& d = devs_[static_cast<size_t>(dev)];
+    d.pending.erase(lc->id);
     delete lc;
+    if (d.pending.empty()) stopListening(&d, dev);
   }
 
  private:
@@ -636,6 +641,25 @@ class SocketNet final : public Net {
     if (dev < 0 || dev >= devices())
       return invalidArgument("socket-transport device ", dev, " does not exist");
     return okStatus();
+  }
+
+  // No connection is being set up on `d`: nothing may connect until the
+  // next listen(). The strays accepted so far are dropped, and closing the
+  // listener refuses those still queued on it, so no socket stays open
+  // between setups (a listener living as long as the process kept strays
+  // nobody accepted any more). mu_ held.
+  void stopListening(Device* d, int dev) {
+    for (Incoming& in : d->incoming) {
+      BRAID_WARN(
+          "NET/Socket: dropped a connection from %s: it sent %zu of %zu hello bytes and no connection "
+          "is being set up any more",
+          in.from.toString().c_str(), in.got, sizeof(Hello));
+    }
+    d->incoming.clear();
+    if (!d->listener.isOpen()) return;
+    BRAID_INFO(kLogNet, "NET/Socket: device %d stops listening on %s: no connection is being set up", dev,
+               d->address.toString().c_str());
+    d->listener.close();
   }
 
   // Accepts waiting connections and reads their hellos without blocking;
