@@ -628,6 +628,7 @@ Status Communicator::exchangePeerInfo() {
   }
   connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
                                                    bootstrapTimeoutSeconds());
+  connectors_->useNet(config_.netName);
   if (backend_ == Backend::Gpu) {
     connectors_->preferNics(nearNics_, strCat("GPU ", me.busId));
   } else {

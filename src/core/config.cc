@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include <strings.h>
+
 #include <cstring>
 
 namespace braid {
@@ -53,7 +55,17 @@ Status readCommConfig(const ncclConfig_t* user, CommConfig* out) {
     return invalidArgument("config.minCTAs (", out->minCTAs, ") is greater than config.maxCTAs (",
                            out->maxCTAs, ")");
   }
-  if (BRAID_CONFIG_HAS(user, netName) && user->netName != nullptr) out->netName = user->netName;
+  if (BRAID_CONFIG_HAS(user, netName) && user->netName != nullptr) {
+    // As NCCL_NET (which it overrides): Braid's nets, any case.
+    const std::string name = user->netName;
+    if (strcasecmp(name.c_str(), "Socket") == 0) {
+      out->netName = "Socket";
+    } else if (strcasecmp(name.c_str(), "IB") == 0) {
+      out->netName = "IB";
+    } else {
+      return invalidArgument("config.netName is '", name, "'; Braid's nets are Socket and IB");
+    }
+  }
   if (BRAID_CONFIG_HAS(user, splitShare)) BRAID_CHECK(readFlag("splitShare", user->splitShare, &out->splitShare));
   if (BRAID_CONFIG_HAS(user, trafficClass)) {
     BRAID_CHECK(readPositive("trafficClass", user->trafficClass, &out->trafficClass));

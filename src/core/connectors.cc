@@ -21,7 +21,7 @@ Status ConnectorFactory::init() {
     BRAID_INFO(kLogNet, "transport: shared memory for every peer (all ranks on this host)");
     return okStatus();
   }
-  BRAID_CHECK(selectNet(&net_.net).withContext(strCat(others, " ranks run on other hosts")));
+  BRAID_CHECK(selectNet(&net_.net, netName_).withContext(strCat(others, " ranks run on other hosts")));
   std::vector<NetProperties> devs(static_cast<size_t>(std::max(net_.net->devices(), 0)));
   for (size_t d = 0; d < devs.size(); ++d) BRAID_CHECK(net_.net->properties(static_cast<int>(d), &devs[d]));
   if (devs.empty()) return internalError(net_.net->name(), " net has no device");

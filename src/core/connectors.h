@@ -53,6 +53,10 @@ class ConnectorFactory {
   // no preference). Called before init().
   void preferNicsOnNuma(int numa) { numa_ = numa; }
 
+  // The communicator's config.netName ("Socket" or "IB"; "": NCCL_NET
+  // decides). Called before init().
+  void useNet(std::string name) { netName_ = std::move(name); }
+
   // Chooses the net for peers on other hosts (NCCL_NET) and its device: the
   // first preferred NIC it has, else its device 0. Logs the choice; a no-op
   // when every peer shares this host.
@@ -111,6 +115,7 @@ class ConnectorFactory {
   std::vector<std::string> nearNics_;
   std::string near_;
   int numa_ = -1;
+  std::string netName_;
   std::shared_ptr<NetErrorSink> sink_ = std::make_shared<NetErrorSink>();
   std::atomic<bool>* ended_ = nullptr;  // per rank, held by sink_; null when not watching
   struct PeerEndHook {

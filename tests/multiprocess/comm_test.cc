@@ -471,6 +471,32 @@ TEST(CommFaults, RanksWithDifferentLayoutSettingsFailAtInit) {
   }
 }
 
+// config.netName chooses the net for ranks on other hosts over NCCL_NET:
+// here NCCL_NET=IB (no RDMA port on a CI machine: init would fail) and the
+// config's Socket, so the ranks, on two "hosts", talk over TCP.
+TEST(Comm, ConfigNetNameOverridesNcclNet) {
+  std::vector<std::string> env = kFastEnv;
+  env.push_back("NCCL_NET=IB");
+  RootProcess root = startRootProcess(env);
+  auto out = runRanks(
+      2,
+      [&](int rank, int nranks) -> std::string {
+        setenv("BRAID_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
+        ParamRegistry::instance().reload();
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.netName = "Socket";
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRankConfig(&comm, nranks, root.id, rank, &config), "init");
+        if (!err.empty()) return err;
+        float x = static_cast<float>(rank + 1);
+        err = check(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr), "all-reduce");
+        if (err.empty() && x != 3.0f) err = strCat("all-reduce gave ", x);
+        return err + check(ncclCommDestroy(comm), "destroy");
+      },
+      60, env);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 TEST(CommFaults, AbortFromAnotherThreadReleasesInit) {
   RootProcess root = startRootProcess({"BRAID_BOOTSTRAP_TIMEOUT=60"});
   auto out = runRanks(1, [&](int, int) -> std::string {

@@ -73,6 +73,16 @@ TEST(Config, RejectsInconsistentValues) {
   user = NCCL_CONFIG_INITIALIZER;
   user.size = 1 << 20;
   EXPECT_EQ(readCommConfig(&user, &c).code(), ncclInvalidArgument);
+  // netName names one of Braid's nets, as NCCL_NET does (before, any name
+  // was kept and never read).
+  user = NCCL_CONFIG_INITIALIZER;
+  user.netName = "NoSuchNet";
+  s = readCommConfig(&user, &c);
+  EXPECT_EQ(s.code(), ncclInvalidArgument);
+  EXPECT_NE(s.message().find("netName"), std::string::npos) << s.message();
+  user.netName = "ib";
+  ASSERT_TRUE(readCommConfig(&user, &c).ok());
+  EXPECT_EQ(c.netName, "IB");
 }
 
 }  // namespace

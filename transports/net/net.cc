@@ -86,8 +86,8 @@ void describePciDevice(const std::string& sysLink, NetProperties* out) {
   out->busId = pciBusIdOf(sysLink);
 }
 
-Status selectNet(Net** out) {
-  const std::string want = paramNet.get();
+Status selectNet(Net** out, const std::string& netName) {
+  const std::string want = netName.empty() ? paramNet.get() : netName;
   std::string reason;
   if (want == "IB" && paramIbDisable.get()) {
     Status why = invalidArgument("NCCL_NET=IB contradicts NCCL_IB_DISABLE=1; unset one of them");
@@ -103,7 +103,7 @@ Status selectNet(Net** out) {
       BRAID_WARN("%s", why.message().c_str());
       return why;
     }
-    reason = "NCCL_NET=IB";
+    reason = netName.empty() ? "NCCL_NET=IB" : "config.netName=IB";
   } else if (want.empty()) {
     // As NCCL: verbs when a usable RDMA port exists, else TCP.
     Status why = openIbNet(out);
@@ -121,7 +121,7 @@ Status selectNet(Net** out) {
     }
   } else {
     BRAID_CHECK(socketNet(out));
-    reason = "NCCL_NET=Socket";
+    reason = netName.empty() ? "NCCL_NET=Socket" : "config.netName=Socket";
   }
   static std::once_flag logged;
   std::call_once(logged, [&] {

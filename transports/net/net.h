@@ -88,11 +88,12 @@ class Net {
 // ("/sys/class/net/eth0/device"); both "" for a virtual device.
 void describePciDevice(const std::string& sysLink, NetProperties* out);
 
-// The Net chosen by NCCL_NET ("Socket", "IB" or unset). IB is refused with a
+// The Net chosen by `netName` (a communicator's config.netName: "Socket" or
+// "IB"), else by NCCL_NET ("Socket", "IB" or unset). IB is refused with a
 // WARN and an error that says why: Braid built without verbs headers,
 // libibverbs.so.1 not loadable, no RDMA device (or none left by
 // NCCL_IB_HCA), or devices present but the verbs data path not in this
 // release. The choice and its reason are logged once at INFO (NET).
-Status selectNet(Net** out);
+Status selectNet(Net** out, const std::string& netName = "");
 
 }  // namespace braid
