@@ -15,6 +15,13 @@ constexpr double kStrayTimeoutSec = 10.0;
 // How much longer than the bootstrap timeout a rank waits for the root's
 // answer to its hello (see joinRoot).
 constexpr double kRootAnswerMarginSec = 2.0;
+// After init, how long connecting to a rank may be refused before it fails:
+// every rank's listener was open before the root told its address and stays
+// open for the communicator's life, so a refusal means it is gone (its
+// process died, or it destroyed the communicator) and retrying is pointless.
+// A short bound rather than none: under net.ipv4.tcp_abort_on_overflow=1 a
+// full accept queue refuses too, until the rank accepts again.
+constexpr double kRefusedLimitSec = 2.0;
 
 // Which root serves `rank` when there are nIds of them.
 uint32_t rootIndexOf(uint32_t rank, uint32_t nranks, uint32_t nIds) {
@@ -25,6 +32,11 @@ uint32_t rootIndexOf(uint32_t rank, uint32_t nranks, uint32_t nIds) {
   return nIds - 1;
 }
 }  // namespace
+
+std::string Bootstrap::waitBound() const {
+  return strCat(waitSec(), " s (",
+                waitSec() < options_.timeoutSec ? "BRAID_STALL_TIMEOUT" : "BRAID_BOOTSTRAP_TIMEOUT", ")");
+}
 
 std::string Bootstrap::describe(int peer) const {
   if (peer >= 0 && peer < static_cast<int>(addresses_.size())) {
@@ -65,6 +77,7 @@ Status Bootstrap::create(const std::vector<UniqueIdData>& ids, int rank, int nra
 
   BRAID_CHECK(b->joinRoot(ids));
   BRAID_CHECK(b->connectRing());
+  b->joined_ = true;
   *out = std::move(b);
   return okStatus();
 }
@@ -126,10 +139,20 @@ Status Bootstrap::connectRing() {
 }
 
 Status Bootstrap::connectPeer(int peer, uint32_t tag, Deadline dl, Socket* out) {
-  Status st = Socket::connect(addresses_[peer], dl, options_.abort, out);
+  // During init a refusal is retried until the deadline, as every wait there.
+  Status st = Socket::connect(addresses_[peer], dl, options_.abort, out, endedFlag(peer),
+                              joined_ ? kRefusedLimitSec : 0);
   if (!st.ok()) {
     if (st.code() == ncclInvalidUsage) return st;  // aborted
-    return remoteError("cannot reach ", describe(peer), ": ", st.message());
+    if (peerGone(peer)) {
+      return remoteError("the process of ", describe(peer), " ended before rank ", rank_,
+                         " could connect to it");
+    }
+    if (st.code() == ncclRemoteError) {  // refused for kRefusedLimitSec
+      return remoteError("the bootstrap listener of ", describe(peer),
+                         " is gone: it died or destroyed its communicator (", st.message(), ")");
+    }
+    return remoteError("cannot reach ", describe(peer), " within ", waitBound(), ": ", st.message());
   }
   PeerHello ph;
   ph.secret = secret_;
@@ -142,7 +165,13 @@ Status Bootstrap::connectPeer(int peer, uint32_t tag, Deadline dl, Socket* out) 
 Status Bootstrap::acceptFrom(int peer, uint32_t tag, Socket* out) {
   auto key = std::make_pair(peer, tag);
   Deadline dl = deadline();
+  auto waitingFor = [&] {
+    return tag == kRingTag ? " to connect the bootstrap ring" : strCat(" to send tag ", tag);
+  };
   while (true) {
+    // Read before this pass takes new connections: once the peer's process
+    // has ended, what it sent before is in the listener's queue by now.
+    const bool gone = peerGone(peer);
     auto it = stash_.find(key);
     if (it != stash_.end() && !it->second.empty()) {
       *out = std::move(it->second.front());
@@ -151,9 +180,8 @@ Status Bootstrap::acceptFrom(int peer, uint32_t tag, Socket* out) {
     }
     if (options_.abort && options_.abort->load()) return invalidUsage("bootstrap wait was aborted (ncclCommAbort)");
     if (Clock::now() >= dl) {
-      return remoteError("rank ", rank_, " timed out after ", options_.timeoutSec, " s waiting for ", describe(peer),
-                         tag == kRingTag ? " to connect the bootstrap ring" : strCat(" to send tag ", tag),
-                         ": it may have died or be stuck");
+      return remoteError("rank ", rank_, " timed out after ", waitBound(), " waiting for ", describe(peer),
+                         waitingFor(), ": it may have died or be stuck");
     }
     // Take new connections, then read their hellos without blocking.
     while (true) {
@@ -199,6 +227,10 @@ Status Bootstrap::acceptFrom(int peer, uint32_t tag, Socket* out) {
       ++p;
     }
     if (stash_.count(key) && !stash_[key].empty()) continue;
+    if (gone) {
+      return remoteError("the process of ", describe(peer), " ended while rank ", rank_, " waited for it",
+                         waitingFor());
+    }
     std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
     for (PendingConn& p : pending_) fds.push_back({p.socket.fd(), POLLIN, 0});
     ::poll(fds.data(), fds.size(), 100);

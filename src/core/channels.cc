@@ -28,7 +28,9 @@ Status ChannelSet::ensure(Algo algo, int n) {
   for (int c = 0; c < n; ++c) {
     Channel& ch = *channels_[static_cast<size_t>(c)];
     if (algo == Algo::Ring && !ch.ring) BRAID_CHECK(connectRing(&ch));
-    if (algo == Algo::Tree && !ch.tree) BRAID_CHECK(connectTree(&ch));
+    if (algo == Algo::Tree && !ch.tree) {
+      BRAID_CHECK(connectTree(&ch).withContext(strCat("channel ", c, ": connecting the tree")));
+    }
   }
   return okStatus();
 }
@@ -56,9 +58,11 @@ Status ChannelSet::connectRing(Channel* ch) {
   link->next = next;
   const uint32_t tag = ringTag(ch->id);
   // The transports' three steps (core/connectors.h).
-  BRAID_CHECK(factory_->postRecv(prev, tag, slotBytes_, &link->recv));
-  BRAID_CHECK(factory_->openSend(next, tag, slotBytes_, &link->send));
-  BRAID_CHECK(factory_->finishRecv(prev, tag, link->recv.get()));
+  const std::string from = strCat("channel ", ch->id, ": connecting the ring from rank ", prev);
+  const std::string to = strCat("channel ", ch->id, ": connecting the ring to rank ", next);
+  BRAID_CHECK(factory_->postRecv(prev, tag, slotBytes_, &link->recv).withContext(from));
+  BRAID_CHECK(factory_->openSend(next, tag, slotBytes_, &link->send).withContext(to));
+  BRAID_CHECK(factory_->finishRecv(prev, tag, link->recv.get()).withContext(from));
   BRAID_INFO(factory_->usesNet(prev) || factory_->usesNet(next) ? kLogNet : kLogShm,
              "channel %d: ring %d -> %d -> %d, from %d over %s, to %d over %s (%zu-byte slots)", ch->id, prev, rank,
              next, prev, factory_->transportName(prev), next, factory_->transportName(next), slotBytes_);

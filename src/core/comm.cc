@@ -387,11 +387,22 @@ Status Communicator::ensureP2p(const std::vector<int>& sendPeers, const std::vec
   for (int p : recvPeers) {
     if (!p2pRecv_[p]) newRecvs.push_back(p);
   }
+  if (newSends.empty() && newRecvs.empty()) return okStatus();
+  // Made during an operation, whose peers reach it within the stall timeout.
+  bootstrap::Bootstrap::StallBound bound(bootstrap_.get(), stallTimeoutSeconds());
+  auto from = [](int p) { return strCat("connecting the point-to-point connector from rank ", p); };
+  auto to = [](int p) { return strCat("connecting the point-to-point connector to rank ", p); };
   // The transports' three steps, each over every new connector (core/connectors.h).
   const size_t slot = p2pSlotBytes();
-  for (int p : newRecvs) BRAID_CHECK(connectors_->postRecv(p, kShmP2pTag, slot, &p2pRecv_[p]));
-  for (int p : newSends) BRAID_CHECK(connectors_->openSend(p, kShmP2pTag, slot, &p2pSend_[p]));
-  for (int p : newRecvs) BRAID_CHECK(connectors_->finishRecv(p, kShmP2pTag, p2pRecv_[p].get()));
+  for (int p : newRecvs) {
+    BRAID_CHECK(connectors_->postRecv(p, kShmP2pTag, slot, &p2pRecv_[p]).withContext(from(p)));
+  }
+  for (int p : newSends) {
+    BRAID_CHECK(connectors_->openSend(p, kShmP2pTag, slot, &p2pSend_[p]).withContext(to(p)));
+  }
+  for (int p : newRecvs) {
+    BRAID_CHECK(connectors_->finishRecv(p, kShmP2pTag, p2pRecv_[p].get()).withContext(from(p)));
+  }
   return okStatus();
 }
 
@@ -427,6 +438,9 @@ Status Communicator::explainFailure(Status s) const {
 }
 
 Status Communicator::ensureChannels(Algo algo, int n) {
+  // Made by the first collective that needs them, whose peers reach it
+  // within the stall timeout.
+  bootstrap::Bootstrap::StallBound bound(bootstrap_.get(), stallTimeoutSeconds());
   return channels_->ensure(algo, n);
 }
 
@@ -626,8 +640,10 @@ Status Communicator::exchangePeerInfo() {
                                       sameHost && p.pidNamespace != 0 && p.pidNamespace == me.pidNamespace,
                                       p.pid, describePeer(p)};
   }
+  // Connectors are made on first use, during operations: their waits end
+  // within the stall timeout too (Bootstrap::StallBound).
   connectors_ = std::make_unique<ConnectorFactory>(bootstrap_.get(), std::move(places), &abort_,
-                                                   bootstrapTimeoutSeconds());
+                                                   std::min(bootstrapTimeoutSeconds(), stallTimeoutSeconds()));
   connectors_->useNet(config_.netName);
   if (backend_ == Backend::Gpu) {
     connectors_->preferNics(nearNics_, strCat("GPU ", me.busId));
@@ -639,6 +655,7 @@ Status Communicator::exchangePeerInfo() {
   // fail those waits at once. Watched from here, so that a rank that dies
   // before the first collective is seen too.
   connectors_->watchPeerProcesses();
+  bootstrap_->watchPeerEnded(connectors_->peerEnded());
   BRAID_CHECK(connectors_->init());
   // Host ranks of one node chain by NUMA node, so a ring crosses the socket
   // interconnect once each way however the launcher bound them; GPU ranks in

@@ -1,8 +1,10 @@
 #include "core/connectors.h"
 
+#include <signal.h>
 #include <strings.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "transports/shm/shm_transport.h"
 #include "util/log.h"
@@ -60,14 +62,33 @@ void ConnectorFactory::watchPeerProcesses() {
   if (pids.empty()) return;
   std::atomic<bool>* ended = ended_ = sink_->peerFlags(peers_.size());
   std::shared_ptr<PeerEndHook> hook = onEnd_;
-  Status s = ProcessWatch::start(
-      pids,
-      [ended, ranks, hook](size_t i) {
+  Status s;
+  while (true) {
+    s = ProcessWatch::start(
+        pids,
+        [ended, ranks, hook](size_t i) {
+          ended[ranks[i]].store(true, std::memory_order_release);
+          std::lock_guard<std::mutex> lock(hook->mutex);
+          if (hook->f) hook->f(ranks[i]);
+        },
+        &processWatch_);
+    if (s.ok() || s.code() != ncclRemoteError) break;
+    // A peer's process is gone already (a rank may end right after init):
+    // it counts as ended, and the others are watched.
+    size_t kept = 0;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (::kill(pids[i], 0) != 0 && errno == ESRCH) {
         ended[ranks[i]].store(true, std::memory_order_release);
-        std::lock_guard<std::mutex> lock(hook->mutex);
-        if (hook->f) hook->f(ranks[i]);
-      },
-      &processWatch_);
+      } else {
+        pids[kept] = pids[i];
+        ranks[kept++] = ranks[i];
+      }
+    }
+    if (kept == pids.size()) break;
+    pids.resize(kept);
+    ranks.resize(kept);
+    if (pids.empty()) return;
+  }
   if (!s.ok()) {
     if (!anyNet_) ended_ = nullptr;  // nothing raises these
     BRAID_INFO(kLogInit,

@@ -202,9 +202,12 @@ Status runNow(Communicator* comm, const CollArgs& a) {
         static_cast<int>(plan.choice.note.size()), plan.choice.note.data());
     if (gpu) return engine->collective(a, plan);
     if (comm->nranks() > 1) {
-      BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels));
+      BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels)
+                      .withContext(strCat(a.name, " #", plan.seq)));
       const bool peers = plan.choice.algo == Algo::Direct || plan.choice.algo == Algo::TwoShot;
-      if (peers && !plan.choice.zeroCopy) BRAID_CHECK(comm->ensureDirect());
+      if (peers && !plan.choice.zeroCopy) {
+        BRAID_CHECK(comm->ensureDirect().withContext(strCat(a.name, " #", plan.seq)));
+      }
     }
     plan.ringChunkBytes = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get())
                           : shape.maxLocalRanks > shape.minCores && comm->nnodes() == 1

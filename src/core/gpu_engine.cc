@@ -318,6 +318,8 @@ Status GpuEngineImpl::mapNetBlock(size_t slotBytes, DevEnd* end) {
 }
 
 Status GpuEngineImpl::connect(size_t slotBytes, const std::vector<EndRequest>& reqs, bool ll128) {
+  // Made on first use, during an operation, whose peers reach it within the stall timeout.
+  bootstrap::Bootstrap::StallBound bound(comm_->bootstrap(), comm_->stallTimeoutSeconds());
   std::vector<P2pRequest> local;
   std::vector<const EndRequest*> remoteSend, remoteRecv;
   for (const EndRequest& r : reqs) {

@@ -312,11 +312,15 @@ Status Socket::listen(const SocketAddress& address, Socket* out) {
 }
 
 Status Socket::connect(const SocketAddress& address, Deadline deadline, const std::atomic<bool>* abort,
-                       Socket* out) {
+                       Socket* out, const std::atomic<bool>* gone, double refusedLimitSec) {
   int lastErr = 0;
   int delayMs = 1;
+  Deadline refusedSince{};  // the first of the refusals in a row
   while (true) {
     if (abort != nullptr && abort->load(std::memory_order_relaxed)) return abortedError("connect");
+    if (gone != nullptr && gone->load(std::memory_order_acquire)) {
+      return remoteError("connecting to ", address.toString(), ": the process there ended");
+    }
     int fd = ::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return errnoError("socket", errno);
     Socket s(fd);
@@ -343,7 +347,15 @@ Status Socket::connect(const SocketAddress& address, Deadline deadline, const st
     bool retry = lastErr == ECONNREFUSED || lastErr == ETIMEDOUT || lastErr == ENETUNREACH ||
                  lastErr == EHOSTUNREACH || lastErr == ECONNRESET || lastErr == EAGAIN;
     if (!retry) return errnoError(strCat("connecting to ", address.toString()), lastErr);
-    if (Clock::now() >= deadline) break;
+    const Deadline now = Clock::now();
+    if (lastErr != ECONNREFUSED) {
+      refusedSince = Deadline{};
+    } else if (refusedSince == Deadline{}) {
+      refusedSince = now;
+    } else if (refusedLimitSec > 0 && now - refusedSince >= std::chrono::duration<double>(refusedLimitSec)) {
+      return remoteError("connecting to ", address.toString(), ": refused for ", refusedLimitSec, " s");
+    }
+    if (now >= deadline) break;
     ::usleep(static_cast<useconds_t>(delayMs) * 1000);
     delayMs = std::min(delayMs * 2, 100);
   }

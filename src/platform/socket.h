@@ -80,8 +80,11 @@ class Socket {
   // A listening socket bound to `address` (port 0 picks a free port).
   static Status listen(const SocketAddress& address, Socket* out);
   // Connects, retrying refused or unreachable attempts until the deadline.
+  // Ends sooner, with ncclRemoteError, when `gone` is raised (the process
+  // listening there ended) or, with refusedLimitSec > 0, once every attempt
+  // for that long was refused (nothing listens there any more).
   static Status connect(const SocketAddress& address, Deadline deadline, const std::atomic<bool>* abort,
-                        Socket* out);
+                        Socket* out, const std::atomic<bool>* gone = nullptr, double refusedLimitSec = 0);
   // Accepts one connection (the listener is non-blocking).
   Status accept(Deadline deadline, const std::atomic<bool>* abort, Socket* out,
                 SocketAddress* peer = nullptr) const;

@@ -1,7 +1,8 @@
 // Collectives that go wrong, over forked ranks: ranks that disagree
 // (BRAID_CHECK_COLL=1 names them), a rank that never arrives (the stall
 // timeout names the collective, channel and peer; BRAID_DUMP_ON_STALL=1 logs
-// the FIFO state), a rank killed mid-collective, ncclCommAbort from
+// the FIFO state), a rank killed mid-collective or gone before the
+// connectors to it were made, ncclCommAbort from
 // another thread while a collective waits, ncclCommShrink leaving
 // ranks out, planned or after one died, and ncclCommRevoke releasing a
 // collective that waits, then splitting and shrinking the revoked
@@ -368,6 +369,122 @@ TEST(CollFaults, AGoodbyeFromAnotherHostFailsOnlyWhatWaitsForTheRank) {
       },
       120, env);
   EXPECT_EQ(describeFailures(out), "");
+}
+
+// One byte through a pipe the test made before forking the ranks: one rank
+// waits until another reached a point.
+void signalPipe(int fd) {
+  const char c = 1;
+  (void)!write(fd, &c, 1);
+}
+void awaitPipe(int fd) {
+  char c;
+  (void)!read(fd, &c, 1);
+}
+
+// A group of one send and one receive with rank 1 (p2p), else an
+// all-reduce of `count` floats; `took` is how long it ran.
+ncclResult_t firstCallWithRankOne(ncclComm_t comm, bool p2p, size_t count, double* took) {
+  std::vector<float> a(count, 1.0f), b(count);
+  const auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t r;
+  if (p2p) {
+    ncclGroupStart();
+    ncclSend(a.data(), count, ncclFloat, 1, comm, nullptr);
+    ncclRecv(b.data(), count, ncclFloat, 1, comm, nullptr);
+    r = ncclGroupEnd();
+  } else {
+    r = ncclAllReduce(a.data(), b.data(), count, ncclFloat, ncclSum, comm, nullptr);
+  }
+  *took = secondsSince(t0);
+  return r;
+}
+
+// Connectors are made on first use. The first call that needs one to a rank
+// whose process ended after init fails at once, naming it, not at the
+// bootstrap timeout (60 s here, as the stall timeout).
+TEST(CollFaults, ARankThatEndedBeforeItsConnectorsWereMadeFailsTheFirstCallAtOnce) {
+  const struct {
+    const char* name;
+    bool p2p;
+    size_t count;
+  } calls[] = {
+      {"send/recv", true, 1024}, {"1 MiB all-reduce", false, 1 << 18}, {"64-byte all-reduce", false, 16}};
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    RootProcess root = startRootProcess();
+    int initDone[2];
+    ASSERT_EQ(pipe(initDone), 0);
+    auto out =
+        runRanks(2,
+                 [&](int rank, int n) -> std::string {
+                   ncclComm_t comm = nullptr;
+                   std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+                   if (!err.empty()) return err;
+                   // Rank 1 ends once rank 0 watches its process (init done), before any connector.
+                   if (rank == 1) {
+                     awaitPipe(initDone[0]);
+                     _exit(0);
+                   }
+                   signalPipe(initDone[1]);
+                   usleep(300000);  // rank 1 has ended by now
+                   double took = 0;
+                   ncclResult_t r = firstCallWithRankOne(comm, call.p2p, call.count, &took);
+                   const std::string text = ncclGetLastError(comm);
+                   ncclCommAbort(comm);
+                   if (r != ncclRemoteError || text.find("the process of rank 1 ") == std::string::npos) {
+                     return "unexpected result " + std::to_string(r) + ": " + text;
+                   }
+                   return expect(took < 5, "failed after " + std::to_string(took) + " s: " + text);
+                 },
+                 20, {"BRAID_BOOTSTRAP_TIMEOUT=60", "BRAID_STALL_TIMEOUT=60"});
+    close(initDone[0]);
+    close(initDone[1]);
+    EXPECT_EQ(describeFailures(out), "");
+  }
+}
+
+// The same with rank 1 alive: when it destroyed its communicator, its
+// bootstrap listener refuses connections, and the call fails within seconds
+// saying so; when it never makes the call, within BRAID_STALL_TIMEOUT (2 s
+// here), not at the bootstrap timeout (60 s).
+TEST(CollFaults, ConnectingToARankThatLeftOrNeverComesFailsWithinSeconds) {
+  for (const bool destroyed : {true, false}) {
+    SCOPED_TRACE(destroyed ? "rank 1 destroyed its communicator" : "rank 1 never makes the call");
+    RootProcess root = startRootProcess();
+    int toZero[2], toOne[2];
+    ASSERT_EQ(pipe(toZero), 0);
+    ASSERT_EQ(pipe(toOne), 0);
+    auto out = runRanks(
+        2,
+        [&](int rank, int n) -> std::string {
+          ncclComm_t comm = nullptr;
+          std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+          if (!err.empty()) return err;
+          if (rank == 1) {
+            if (destroyed) err = check(ncclCommDestroy(comm), "destroy");
+            signalPipe(toZero[1]);
+            awaitPipe(toOne[0]);  // until rank 0's call failed
+            if (!destroyed) ncclCommAbort(comm);
+            return err;
+          }
+          awaitPipe(toZero[0]);
+          double took = 0;
+          ncclResult_t r = firstCallWithRankOne(comm, true, 1024, &took);
+          const std::string text = ncclGetLastError(comm);
+          signalPipe(toOne[1]);
+          ncclCommAbort(comm);
+          const char* says = destroyed ? "the bootstrap listener of rank 1 " : "BRAID_STALL_TIMEOUT";
+          if (r != ncclRemoteError || text.find(says) == std::string::npos ||
+              text.find("point-to-point connector") == std::string::npos) {
+            return "unexpected result " + std::to_string(r) + ": " + text;
+          }
+          return expect(took < 8, "failed after " + std::to_string(took) + " s: " + text);
+        },
+        20, {"BRAID_BOOTSTRAP_TIMEOUT=60", destroyed ? "BRAID_STALL_TIMEOUT=60" : "BRAID_STALL_TIMEOUT=2"});
+    for (int fd : {toZero[0], toZero[1], toOne[0], toOne[1]}) close(fd);
+    EXPECT_EQ(describeFailures(out), "");
+  }
 }
 
 TEST(CollFaults, AbortFromAnotherThreadReleasesAWaitingCollective) {

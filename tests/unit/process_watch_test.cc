@@ -2,7 +2,8 @@
 // each watch hears of each of its processes' end once, watches of the same
 // process share it, a stopped watch hears nothing, and a process that is
 // gone already is an error. Then the communicator's use of it
-// (core/connectors.h), which the GPU engine hooks into.
+// (core/connectors.h), which the GPU engine hooks into, and which counts a
+// peer gone already as ended.
 #include "platform/process_watch.h"
 
 #include <gtest/gtest.h>
@@ -117,6 +118,28 @@ TEST(ConnectorFactoryWatch, PassesPeerEndsOnToItsHook) {
   EXPECT_EQ(heard.load(), (1 << 1) | (1 << 2)) << "a stopped hook heard of rank 4";
   EXPECT_FALSE(ended[0].load());
   EXPECT_FALSE(ended[3].load()) << "a rank of another host was watched";
+}
+
+// A peer whose process is gone before the watch starts (a rank may end right
+// after init) counts as ended at once, and the others are still watched.
+TEST(ConnectorFactoryWatch, APeerGoneAlreadyCountsAsEnded) {
+  const pid_t a = sleeper(), b = sleeper();
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  end(a);
+  std::atomic<bool> abort{false};
+  std::vector<PeerPlace> peers = {{true, true, true, getpid(), "rank 0 (this process)"},
+                                  {true, false, true, a, "rank 1"},
+                                  {true, false, true, b, "rank 2"}};
+  ConnectorFactory f(nullptr, peers, &abort, 1.0);
+  f.watchPeerProcesses();
+  const std::atomic<bool>* ended = f.peerEnded();
+  ASSERT_NE(ended, nullptr);
+  EXPECT_TRUE(ended[1].load());
+  EXPECT_FALSE(ended[2].load());
+  end(b);
+  for (int i = 0; i < 500 && !ended[2].load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_TRUE(ended[2].load()) << "rank 2 was not watched";
 }
 
 }  // namespace
