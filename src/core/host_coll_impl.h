@@ -70,7 +70,12 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
   ctx.abort = &comm->abortFlag();
   ctx.cancel = &plan.cancel;
   ctx.peerEnded = comm->connectors().peerEnded();
-  ctx.net = &comm->connectors().errorSink();
+  ctx.peerClosed = [](void* sink, int peer) {
+    Status closed = static_cast<NetErrorSink*>(sink)->closedCause(peer);
+    if (!closed.ok()) static_cast<NetErrorSink*>(sink)->record(closed);
+    return closed;
+  };
+  ctx.peerClosedArg = &comm->connectors().errorSink();
   ctx.timeoutSec = comm->stallTimeoutSeconds();
   ctx.spin = !comm->oversubscribed();
   const size_t outBytes = a.count * sizeof(T) * static_cast<size_t>(a.type == CollType::AllGather ? n : 1);

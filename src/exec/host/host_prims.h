@@ -33,7 +33,6 @@
 
 #include "exec/host/backoff.h"
 #include "exec/host/host_reduce.h"
-#include "transports/net/proxy.h"
 #include "transports/transport.h"
 #include "util/status.h"
 #include "util/strings.h"
@@ -58,9 +57,12 @@ struct PrimsContext {
   // Per rank of the communicator, raised when its process has ended (null:
   // not watched; core/connectors.h).
   const std::atomic<bool>* peerEnded = nullptr;
-  // Tells a rank on another host that closed its communicator from one whose
-  // process ended (null: no peer on another host).
-  NetErrorSink* net = nullptr;
+  // For a peer whose end was signalled: if it is a rank on another host that
+  // closed its communicator (rather than one whose process ended), records
+  // that as the communicator's failure and returns it; else ok. Null: no
+  // peer on another host. Set by the core from the net's error sink.
+  Status (*peerClosed)(void* arg, int peer) = nullptr;
+  void* peerClosedArg = nullptr;
   double timeoutSec = 300;
   int channel = 0;
   const char* collective = "";  // the API name; messages add " #seq"
@@ -97,11 +99,10 @@ inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char
                          step, "): the collective failed elsewhere");
   }
   if (r == Backoff::Result::PeerEnded) {
-    Status closed = ctx.net != nullptr ? ctx.net->closedCause(peer) : okStatus();
+    // Recorded as the communicator's net failure, as a dropped connection
+    // is: the other channels stop at once and the error names it first.
+    Status closed = ctx.peerClosed != nullptr ? ctx.peerClosed(ctx.peerClosedArg, peer) : okStatus();
     if (!closed.ok()) {
-      // Recorded as the communicator's net failure, as a dropped connection
-      // is: the other channels stop at once and the error names it first.
-      ctx.net->record(closed);
       return remoteError(op, ": channel ", ctx.channel, " waited for rank ", peer, " ", what, " (step ", step,
                          ")");
     }
