@@ -202,12 +202,11 @@ Status runNow(Communicator* comm, const CollArgs& a) {
         static_cast<int>(plan.choice.note.size()), plan.choice.note.data());
     if (gpu) return engine->collective(a, plan);
     if (comm->nranks() > 1) {
-      BRAID_CHECK(comm->ensureChannels(plan.choice.algo, plan.choice.nChannels)
-                      .withContext(strCat(a.name, " #", plan.seq)));
+      // Named only on failure: every collective passes here.
+      Status connected = comm->ensureChannels(plan.choice.algo, plan.choice.nChannels);
       const bool peers = plan.choice.algo == Algo::Direct || plan.choice.algo == Algo::TwoShot;
-      if (peers && !plan.choice.zeroCopy) {
-        BRAID_CHECK(comm->ensureDirect().withContext(strCat(a.name, " #", plan.seq)));
-      }
+      if (connected.ok() && peers && !plan.choice.zeroCopy) connected = comm->ensureDirect();
+      if (!connected.ok()) BRAID_CHECK(connected.withContext(strCat(a.name, " #", plan.seq)));
     }
     plan.ringChunkBytes = paramChunkSize.get() > 0 ? static_cast<size_t>(paramChunkSize.get())
                           : shape.maxLocalRanks > shape.minCores && comm->nnodes() == 1

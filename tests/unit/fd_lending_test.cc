@@ -143,7 +143,7 @@ TEST(FdLending, AForkedChildLendsItsOwn) {
     if (write(pipeFds[1], &lent, sizeof(lent)) != static_cast<ssize_t>(sizeof(lent))) _exit(3);
     if (write(pipeFds[1], &inherited, sizeof(inherited)) != static_cast<ssize_t>(sizeof(inherited))) _exit(3);
     char c;
-    (void)read(go[0], &c, 1);  // until the parent has borrowed
+    (void)!read(go[0], &c, 1);  // until the parent has borrowed
     _exit(0);
   }
   close(pipeFds[1]);
