@@ -80,7 +80,7 @@ class ConnectorFactory {
   void watchPeerProcesses();
   // Per rank, raised once its process has ended or, for a rank on another
   // host, once it closed its communicator (its net connectors said goodbye:
-  // NetErrorSink::closedCause); null when neither is watched. Only waits on
+  // NetErrorSink::failIfClosed); null when neither is watched. Only waits on
   // that rank fail (after asking once more for what it wrote before it
   // ended): ranks may leave at different times.
   const std::atomic<bool>* peerEnded() const { return ended_; }

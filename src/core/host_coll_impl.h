@@ -70,11 +70,7 @@ Status runChannel(Communicator* comm, const CollArgs& a, HostPlan& plan, int c, 
   ctx.abort = &comm->abortFlag();
   ctx.cancel = &plan.cancel;
   ctx.peerEnded = comm->connectors().peerEnded();
-  ctx.peerClosed = [](void* sink, int peer) {
-    Status closed = static_cast<NetErrorSink*>(sink)->closedCause(peer);
-    if (!closed.ok()) static_cast<NetErrorSink*>(sink)->record(closed);
-    return closed;
-  };
+  ctx.peerClosed = [](void* sink, int peer) { return static_cast<NetErrorSink*>(sink)->failIfClosed(peer); };
   ctx.peerClosedArg = &comm->connectors().errorSink();
   ctx.timeoutSec = comm->stallTimeoutSeconds();
   ctx.spin = !comm->oversubscribed();

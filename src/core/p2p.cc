@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/enqueue.h"
@@ -167,27 +168,33 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
   bool lastPass = false;
   uint64_t pauses = 0;
   const std::atomic<bool>* ended = comm->connectors().peerEnded();
-  // The error of a wait on a peer whose process ended; ok when none did.
-  auto endedPeer = [&]() -> Status {
-    if (ended == nullptr) return okStatus();
+  // The first unfinished run whose peer has ended (its process, or on
+  // another host its communicator: a goodbye); null when none has. A probe
+  // only: the batch may still complete on its last pass.
+  auto endedRun = [&]() -> std::pair<const P2pSide*, const PeerRun*> {
+    if (ended == nullptr) return {nullptr, nullptr};
     for (const P2pSide* side : {&sends, &recvs}) {
       for (const PeerRun& r : side->runs) {
-        if (r.begin < r.end && ended[r.peer].load(std::memory_order_acquire)) {
-          const Progress& p = side->progress[r.begin];
-          Status closed = comm->connectors().errorSink().closedCause(r.peer);
-          if (!closed.ok()) {  // a rank on another host closed its communicator
-            comm->connectors().errorSink().record(closed);
-            return remoteError("point-to-point #", seq, ": this rank waited to ",
-                               side == &sends ? "send to" : "receive from", " rank ", r.peer, " (", p.done,
-                               "/", p.op->bytes, " bytes)");
-          }
-          return remoteError("point-to-point #", seq, ": the process of rank ", r.peer,
-                             " ended while this rank waited to ", side == &sends ? "send to" : "receive from",
-                             " it (", p.done, "/", p.op->bytes, " bytes)");
-        }
+        if (r.begin < r.end && ended[r.peer].load(std::memory_order_acquire)) return {side, &r};
       }
     }
-    return okStatus();
+    return {nullptr, nullptr};
+  };
+  // The error of a batch that ended waiting on such a peer; ok when none.
+  auto endedPeer = [&]() -> Status {
+    const auto [side, r] = endedRun();
+    if (r == nullptr) return okStatus();
+    const Progress& p = side->progress[r->begin];
+    const char* dir = side == &sends ? "send to" : "receive from";
+    // A rank on another host that closed its communicator: recorded as the
+    // communicator's failure now that the wait has failed.
+    if (!comm->connectors().errorSink().failIfClosed(r->peer).ok()) {
+      return remoteError("point-to-point #", seq, ": this rank waited to ", dir, " rank ", r->peer, " (",
+                         p.done, "/", p.op->bytes, " bytes)");
+    }
+    return remoteError("point-to-point #", seq, ": the process of rank ", r->peer,
+                       " ended while this rank waited to ", dir, " it (", p.done, "/", p.op->bytes,
+                       " bytes)");
   };
   while (sends.open > 0 || recvs.open > 0) {
     bool moved = false;
@@ -217,7 +224,8 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
     }
     Backoff::Result r = backoff.pause();
     if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort)");
-    if (r == Backoff::Result::Cancelled || (r == Backoff::Result::Ready && (++pauses & 15) == 0 && !endedPeer().ok())) {
+    if (r == Backoff::Result::Cancelled ||
+        (r == Backoff::Result::Ready && (++pauses & 15) == 0 && endedRun().second != nullptr)) {
       lastPass = true;
       continue;
     }

@@ -21,7 +21,7 @@
 // connector's ErrorSink; the waiting primitives then fail at once and the
 // communicator reports the recorded cause. A peer that closed its comm in
 // an orderly way (a goodbye) records nothing: only waits that still expect
-// its data fail (NetErrorSink::closedCause).
+// its data fail (NetErrorSink::failIfClosed).
 //
 // Thread safety: add/remove are called from communicator threads; the
 // proxy thread runs while at least one connector is registered.
@@ -89,7 +89,7 @@ class NetErrorSink {
   // a job ends), so nothing is recorded: once every receive connector from
   // the rank got its goodbye (all it sent has been delivered), its flag in
   // `peerFlags` rises, and only a wait that still expects something of that
-  // rank fails, at once (core/connectors.h peerEnded), with closedCause().
+  // rank fails, at once (core/connectors.h peerEnded), with failIfClosed().
   // The flags live here, as long as the last connector using them.
   std::atomic<bool>* peerFlags(size_t nranks) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -115,12 +115,20 @@ class NetErrorSink {
       flags_[rank].store(true, std::memory_order_release);
     }
   }
-  // Why a wait on `rank` cannot be served: ok unless every receive connector
-  // from it said goodbye.
-  Status closedCause(int rank) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = closing_.find(rank);
-    return it == closing_.end() || it->second.open > 0 ? okStatus() : it->second.why;
+  // For a wait on `rank` that ended because its flag rose: ok unless every
+  // receive connector from it said goodbye; then that cause, recorded as
+  // the communicator's failure as a dropped connection is (the other
+  // channels stop at once and the error names it first).
+  Status failIfClosed(int rank) {
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = closing_.find(rank);
+      if (it == closing_.end() || it->second.open > 0) return okStatus();
+      why = it->second.why;
+    }
+    record(why);
+    return why;
   }
 
  private:

@@ -99,10 +99,7 @@ inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char
                          step, "): the collective failed elsewhere");
   }
   if (r == Backoff::Result::PeerEnded) {
-    // Recorded as the communicator's net failure, as a dropped connection
-    // is: the other channels stop at once and the error names it first.
-    Status closed = ctx.peerClosed != nullptr ? ctx.peerClosed(ctx.peerClosedArg, peer) : okStatus();
-    if (!closed.ok()) {
+    if (ctx.peerClosed != nullptr && !ctx.peerClosed(ctx.peerClosedArg, peer).ok()) {
       return remoteError(op, ": channel ", ctx.channel, " waited for rank ", peer, " ", what, " (step ", step,
                          ")");
     }
