@@ -24,7 +24,8 @@ constexpr SubsysName kSubsysNames[] = {
     {"INIT", kLogInit},   {"COLL", kLogColl},   {"P2P", kLogP2p},       {"SHM", kLogShm},
     {"NET", kLogNet},     {"GRAPH", kLogGraph}, {"TUNING", kLogTuning}, {"ENV", kLogEnv},
     {"ALLOC", kLogAlloc}, {"CALL", kLogCall},   {"PROXY", kLogProxy},   {"BOOTSTRAP", kLogBootstrap},
-    {"REG", kLogReg},     {"ALL", kLogAll},
+    {"REG", kLogReg},     {"NVLS", kLogNvls},   {"PROFILE", kLogProfile}, {"RAS", kLogRas},
+    {"ALL", kLogAll},
 };
 
 const char* subsysName(uint64_t subsys) {
@@ -62,11 +63,14 @@ Status parseSubsys(const std::string& text, uint64_t* mask) {
 
 Status validateSubsys(const std::string& text) { return parseSubsys(text, nullptr); }
 
-StringParam paramDebug("DEBUG", "WARN", "Log level: NONE, VERSION, WARN, INFO or TRACE",
-                       {"NONE", "VERSION", "WARN", "INFO", "TRACE"});
+StringParam paramDebug("DEBUG", "WARN",
+                       "Log level: NONE, VERSION, WARN, INFO, ABORT (INFO, and abort the process "
+                       "after the first WARN) or TRACE",
+                       {"NONE", "VERSION", "WARN", "INFO", "ABORT", "TRACE"});
 StringParam paramDebugSubsys("DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV",
                              "Subsystems logged at INFO and TRACE: a comma list of INIT, COLL, P2P, "
-                             "SHM, NET, GRAPH, TUNING, ENV, ALLOC, CALL, PROXY, BOOTSTRAP, REG, ALL; "
+                             "SHM, NET, GRAPH, TUNING, ENV, ALLOC, CALL, PROXY, BOOTSTRAP, REG, ALL "
+                             "(NCCL's NVLS, PROFILE and RAS are accepted and log nothing); "
                              "'^' in front logs all but those",
                              {}, validateSubsys);
 StringParam paramDebugFile("DEBUG_FILE", "",
@@ -119,6 +123,7 @@ LogLevel levelFromName(const std::string& name) {
   if (name == "NONE") return LogLevel::None;
   if (name == "VERSION") return LogLevel::Version;
   if (name == "INFO") return LogLevel::Info;
+  if (name == "ABORT") return LogLevel::Abort;
   if (name == "TRACE") return LogLevel::Trace;
   return LogLevel::Warn;
 }
@@ -159,6 +164,7 @@ const char* levelName(LogLevel level) {
     case LogLevel::Version: return "VERSION";
     case LogLevel::Warn: return "WARN";
     case LogLevel::Info: return "INFO";
+    case LogLevel::Abort: return "ABORT";
     case LogLevel::Trace: return "TRACE";
     case LogLevel::None: break;
   }
@@ -199,6 +205,13 @@ void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, con
   size_t len = std::min(static_cast<size_t>(n), sizeof(out) - 1);
   if (len > 0 && out[len - 1] != '\n') out[len - 1] = '\n';  // truncated line still ends
   fwrite(out, 1, len, gFile != nullptr ? gFile : stderr);
+  if (level == LogLevel::Warn && gLevel.load(std::memory_order_relaxed) ==
+                                     static_cast<int>(LogLevel::Abort)) {
+    fflush(gFile != nullptr ? gFile : stderr);
+    fprintf(stderr, "%s:%d BRAID ABORT after the WARN above (NCCL_DEBUG=ABORT)\n", gHost.c_str(),
+            getpid());
+    abort();
+  }
 }
 
 void logReset() {

@@ -1,8 +1,12 @@
 // Logging, NCCL-style.
 //
-//   NCCL_DEBUG        NONE | VERSION | WARN | INFO | TRACE   (default WARN)
+//   NCCL_DEBUG        NONE | VERSION | WARN | INFO | ABORT | TRACE (default WARN);
+//                     ABORT logs as INFO does and aborts the process after
+//                     the first WARN line, as NCCL's does
 //   NCCL_DEBUG_SUBSYS comma list of INIT, COLL, P2P, SHM, NET, GRAPH, TUNING,
 //                     ENV, ALLOC, CALL, PROXY, BOOTSTRAP, REG, ALL; a leading
+//                     (NCCL's NVLS, PROFILE and RAS are accepted and select
+//                     nothing: Braid logs nothing under them)
 //                     '^' logs everything except those (default INIT,BOOTSTRAP,ENV)
 //   NCCL_DEBUG_FILE   file to write to instead of stderr; %h = host, %p = pid
 // (BRAID_ spellings win, as for every parameter.)
@@ -17,7 +21,8 @@
 
 namespace braid {
 
-enum class LogLevel : int { None = 0, Version = 1, Warn = 2, Info = 3, Trace = 4 };
+// The order is NCCL's: ABORT sits between INFO and TRACE.
+enum class LogLevel : int { None = 0, Version = 1, Warn = 2, Info = 3, Abort = 4, Trace = 5 };
 
 enum LogSubsys : uint64_t {
   kLogInit = 1u << 0,
@@ -33,6 +38,10 @@ enum LogSubsys : uint64_t {
   kLogProxy = 1u << 10,
   kLogBootstrap = 1u << 11,
   kLogReg = 1u << 12,
+  // NCCL's names for subsystems Braid does not have; nothing logs under them.
+  kLogNvls = 1u << 13,
+  kLogProfile = 1u << 14,
+  kLogRas = 1u << 15,
   kLogAll = ~uint64_t(0),
 };
 

@@ -116,5 +116,29 @@ TEST_F(LogTest, BadLevelOrSubsystemIsRejected) {
   EXPECT_NE(s.message().find("BOGUS"), std::string::npos) << s.message();
 }
 
+// NCCL's names for its own subsystems are accepted (a job's environment set
+// for NCCL must not stop Braid) and select no Braid line.
+TEST_F(LogTest, NcclOnlySubsystemsAreAcceptedAndSelectNothing) {
+  configure("INFO", "nvls,PROFILE,RAS");
+  EXPECT_TRUE(ParamRegistry::instance().validate().ok());
+  BRAID_INFO(kLogInit, "init line");
+  BRAID_WARN("still warned");
+  std::string log = readLog();
+  EXPECT_EQ(log.find("init line"), std::string::npos) << log;
+  EXPECT_NE(log.find("BRAID WARN still warned"), std::string::npos) << log;
+}
+
+// NCCL_DEBUG=ABORT logs as INFO does and aborts on the first WARN.
+TEST_F(LogTest, AbortLevelLogsInfoAndAbortsOnTheFirstWarn) {
+  configure("abort", "INIT");
+  EXPECT_TRUE(ParamRegistry::instance().validate().ok());
+  BRAID_INFO(kLogInit, "informed");
+  BRAID_TRACE(kLogInit, "traced");
+  std::string log = readLog();
+  EXPECT_NE(log.find("BRAID INFO INIT informed"), std::string::npos) << log;
+  EXPECT_EQ(log.find("traced"), std::string::npos) << log;
+  EXPECT_DEATH(BRAID_WARN("the first warning"), "ABORT after the WARN above");
+}
+
 }  // namespace
 }  // namespace braid
