@@ -10,8 +10,10 @@
 using namespace braid;
 
 namespace {
+// Clears *comm first, so that a rejected call leaves no stale handle (as NCCL).
 Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   BRAID_CHECK(api::checkNotNull(comm, "comm"));
+  *comm = nullptr;
   if (nranks < 1 || nranks > kMaxCommRanks) {
     return invalidArgument("argument 'nranks' is ", nranks, "; it must be in [1, ", kMaxCommRanks, "]");
   }
@@ -54,6 +56,7 @@ BRAID_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* 
   return api::apiGuard("ncclCommInitAll", [&]() -> Status {
     BRAID_CHECK(api::checkNotNull(comm, "comm"));
     if (ndev < 1) return invalidArgument("argument 'ndev' is ", ndev, "; it must be at least 1");
+    std::fill(comm, comm + ndev, nullptr);
     if (devlist != nullptr) {
       for (int i = 0; i < ndev; ++i) {
         if (devlist[i] < 0) return invalidArgument("argument 'devlist[", i, "]' is ", devlist[i]);
@@ -132,6 +135,7 @@ BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nccl
   return api::apiGuard(
       "ncclCommSplit",
       [&]() -> Status {
+        if (newcomm != nullptr) *newcomm = nullptr;  // no stale handle if rejected
         CommUse use;  // held while the operation runs
         Communicator* parent = nullptr;
         BRAID_CHECK(lookupComm(comm, &parent, /*needReady=*/true, &use));
@@ -152,6 +156,7 @@ BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, 
       "ncclCommShrink",
       [&]() -> Status {
         // A communicator in error may be shrunk: that is how a job leaves a dead rank behind.
+        if (newcomm != nullptr) *newcomm = nullptr;  // no stale handle if rejected
         CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
         BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false, &use));

@@ -12,6 +12,7 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid.h"
@@ -654,6 +655,33 @@ TEST(Api, ShrinkChecksItsArguments) {
   EXPECT_EQ(ncclAllReduce(in, out, 3, ncclFloat, ncclSum, small, nullptr), ncclSuccess);
   EXPECT_EQ(out[2], 3.0f);
   EXPECT_EQ(ncclCommDestroy(small), ncclSuccess);
+}
+
+// A rejected init or split leaves no stale handle behind (as NCCL): code that
+// tests the handle, or destroys it on the error path, must not see garbage.
+TEST(Api, RejectedInitOrSplitClearsTheHandle) {
+  ASSERT_NE(liveComm(), nullptr);
+  ncclUniqueId id{};
+  ncclConfig_t badMagic = NCCL_CONFIG_INITIALIZER;
+  badMagic.magic = 0x1234;
+  const std::vector<std::pair<const char*, std::function<ncclResult_t(ncclComm_t*)>>> calls = {
+      {"InitRank", [&](ncclComm_t* c) { return ncclCommInitRank(c, 2, id, 5); }},
+      {"InitRankConfig", [&](ncclComm_t* c) { return ncclCommInitRankConfig(c, 2, id, 0, &badMagic); }},
+      {"Scalable", [&](ncclComm_t* c) { return ncclCommInitRankScalable(c, 2, 0, 3, &id, nullptr); }},
+      {"Split", [&](ncclComm_t* c) { return ncclCommSplit(liveComm(), -7, 0, c, nullptr); }},
+      {"Split of a bad parent", [&](ncclComm_t* c) { return ncclCommSplit(fakeComm(), 0, 0, c, nullptr); }},
+      {"Shrink", [&](ncclComm_t* c) { return ncclCommShrink(liveComm(), nullptr, 0, c, nullptr, 9); }},
+  };
+  for (const auto& [name, call] : calls) {
+    ncclComm_t handle = fakeComm();
+    EXPECT_NE(call(&handle), ncclSuccess) << name;
+    EXPECT_EQ(handle, nullptr) << name;
+  }
+  ncclComm_t all[2] = {fakeComm(), fakeComm()};
+  int devs[2] = {-1, 0};
+  EXPECT_EQ(ncclCommInitAll(all, 2, devs), ncclInvalidArgument);
+  EXPECT_EQ(all[0], nullptr);
+  EXPECT_EQ(all[1], nullptr);
 }
 
 TEST(Api, NullHandlesToDestroyAndAbortAreNoOps) {
