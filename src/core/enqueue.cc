@@ -135,6 +135,42 @@ bool inWindows(Communicator* comm, const CollArgs& a, HostPlan* plan) {
          comm->windows().find(a.recv, recvBytes, &plan->recvWindow, &plan->recvOffset);
 }
 
+// The selector's choice for one collective, and where a zero-copy choice
+// finds its buffers (plan's windows).
+void choose(Communicator* comm, const CollArgs& a, HostPlan* plan) {
+  const bool gpu = comm->backend() == Backend::Gpu;
+  // Every rank must choose alike: the communicator's agreed shape, not
+  // this rank's host.
+  const AgreedShape& shape = comm->agreedShape();
+  TuneInput in{a.type,
+               tuneBytes(a, comm->nranks()),
+               comm->nranks(),
+               comm->nnodes(),
+               shape.maxLocalRanks,
+               gpu ? kMaxChannels : shape.channels,
+               gpu ? 0 : shape.minCores};
+  in.gpu = gpu;
+  const int op = static_cast<int>(a.op);
+  in.fewAlgos = gpu && a.type == CollType::AllReduce && op != ncclSum && op != ncclAvg;
+  // LL128 kernels: sum (and average) and the data movers (docs/gpu.md, "Building").
+  in.ll128 =
+      gpu && comm->ll128() &&
+      (a.type == CollType::AllGather || a.type == CollType::Broadcast || op == ncclSum || op == ncclAvg);
+  in.ringBusGBs = shape.ringBusGBs;
+  in.treeBusGBs = shape.treeBusGBs;
+  // Where the communicator has windows, first the choice as if the buffers
+  // were in them: only when that is zero-copy are the buffers looked up (a
+  // lock each), so small collectives skip the lookup. Otherwise the best
+  // choice without windows (which may be a Direct/Simple that the
+  // zero-copy candidate displaced).
+  in.windows = comm->nranks() > 1 && comm->windows().any() && (!gpu || gpuZeroCopyAllowed());
+  plan->choice = comm->choices().select(in);
+  if (in.windows && (!plan->choice.zeroCopy || !inWindows(comm, a, plan))) {
+    in.windows = false;
+    plan->choice = comm->choices().select(in);
+  }
+}
+
 Status runNow(Communicator* comm, const CollArgs& a) {
   // Comparing across ranks blocks on them (see groupMustNotBlock).
   const bool check = paramCheckColl.get() && comm->nranks() > 1;
@@ -150,36 +186,8 @@ Status runNow(Communicator* comm, const CollArgs& a) {
     } else {
       BRAID_CHECK(comm->redOps().resolve(a.op, a.datatype, &plan.scalar, /*leavePointer=*/gpu));
     }
-    // Every rank must choose alike: the communicator's agreed shape, not
-    // this rank's host.
+    choose(comm, a, &plan);
     const AgreedShape& shape = comm->agreedShape();
-    TuneInput in{a.type,
-                 tuneBytes(a, comm->nranks()),
-                 comm->nranks(),
-                 comm->nnodes(),
-                 shape.maxLocalRanks,
-                 gpu ? kMaxChannels : shape.channels,
-                 gpu ? 0 : shape.minCores};
-    in.gpu = gpu;
-    const int op = static_cast<int>(a.op);
-    in.fewAlgos = gpu && a.type == CollType::AllReduce && op != ncclSum && op != ncclAvg;
-    // LL128 kernels: sum (and average) and the data movers (docs/gpu.md, "Building").
-    in.ll128 =
-        gpu && comm->ll128() &&
-        (a.type == CollType::AllGather || a.type == CollType::Broadcast || op == ncclSum || op == ncclAvg);
-    in.ringBusGBs = shape.ringBusGBs;
-    in.treeBusGBs = shape.treeBusGBs;
-    // Where the communicator has windows, first the choice as if the buffers
-    // were in them: only when that is zero-copy are the buffers looked up (a
-    // lock each), so small collectives skip the lookup. Otherwise the best
-    // choice without windows (which may be a Direct/Simple that the
-    // zero-copy candidate displaced).
-    in.windows = comm->nranks() > 1 && comm->windows().any() && (!gpu || gpuZeroCopyAllowed());
-    plan.choice = comm->choices().select(in);
-    if (in.windows && (!plan.choice.zeroCopy || !inWindows(comm, a, &plan))) {
-      in.windows = false;
-      plan.choice = comm->choices().select(in);
-    }
     // A channel gets at least a cache line's worth, so tiny counts use one.
     const size_t align = std::max<size_t>(1, kChannelAlignBytes / datatypeSize(a.datatype));
     plan.choice.nChannels = static_cast<int>(std::max<size_t>(
@@ -229,6 +237,12 @@ Status runNow(Communicator* comm, const CollArgs& a) {
 
 size_t hostStreamBytes() {
   return static_cast<size_t>(paramHostStreamBytes.get());
+}
+
+double estimateCollectiveUs(Communicator* comm, const CollArgs& a) {
+  HostPlan plan;
+  choose(comm, a, &plan);
+  return plan.choice.estimatedUs;
 }
 
 Status enqueueCollective(Communicator* comm, const CollArgs& args) {

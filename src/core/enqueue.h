@@ -55,6 +55,10 @@ struct CollArgs {
 // collective now or, inside ncclGroupStart/End, at the group's end.
 Status enqueueCollective(Communicator* comm, const CollArgs& args);
 
+// The selector's estimate of one collective's time in microseconds, as it
+// would run now (ncclGroupSimulateEnd); runs nothing.
+double estimateCollectiveUs(Communicator* comm, const CollArgs& args);
+
 // The host output size from which copies stream (BRAID_HOST_STREAM_BYTES; 0:
 // never).
 size_t hostStreamBytes();

@@ -215,8 +215,17 @@ Status groupEnd(GroupSimulation* simulate) {
   }
   BRAID_CHECK(initFailure);
   if (simulate != nullptr) {
-    // No cost model yet: an estimate we cannot make is not reported as zero.
-    simulate->estimatedTimeUs = pending.empty() ? 0.0f : NCCL_UNDEF_FLOAT;
+    // The selector's estimates of the collectives, added up (NCCL reports
+    // its last collective's). Sends, receives and deferred calls have no
+    // cost model: a group of only those gets NCCL_UNDEF_FLOAT, not a zero.
+    double us = 0;
+    bool estimated = pending.empty();
+    for (const Deferred& d : pending) {
+      if (d.collective == nullptr) continue;
+      us += estimateCollectiveUs(d.comm, d.args);
+      estimated = true;
+    }
+    simulate->estimatedTimeUs = estimated ? static_cast<float>(us) : NCCL_UNDEF_FLOAT;
     return okStatus();
   }
   // Each communicator's collectives in call order, then its sends and

@@ -737,6 +737,35 @@ TEST(Api, GroupsNestAndSimulate) {
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
+// A simulated group reports the selector's estimate of its collectives (more
+// for more bytes), runs nothing, and leaves sends and receives unestimated.
+TEST(Api, SimulatedGroupsEstimateTheirCollectives) {
+  ncclComm_t comms[2] = {};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<float> buf(1 << 20, 1.0f);
+  auto simulate = [&](size_t count) {
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+    for (ncclComm_t c : comms) {
+      EXPECT_EQ(ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, c, nullptr), ncclSuccess);
+    }
+    EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+    return sim.estimatedTime;
+  };
+  const float small = simulate(1024), large = simulate(buf.size());
+  EXPECT_GT(small, 0.0f);
+  EXPECT_GT(large, small);
+  EXPECT_LT(large, 1e7f);
+  EXPECT_EQ(buf[0], 1.0f);  // nothing ran
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclSend(buf.data(), 16, ncclFloat, 1, comms[0], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclRecv(buf.data(), 16, ncclFloat, 0, comms[1], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_EQ(sim.estimatedTime, NCCL_UNDEF_FLOAT);
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 TEST(Api, MemAllocRoundTrip) {
   void* p = nullptr;
   ASSERT_EQ(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
