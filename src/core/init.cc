@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "bootstrap/root.h"
 #include "bootstrap/wire.h"
@@ -212,10 +213,7 @@ Status initChild(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, 
   return init;
 }
 
-}  // namespace
-
-Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, const CommConfig* config) {
-  *out = nullptr;
+Status splitNow(Communicator* parent, int color, int key, ncclComm_t* out, const CommConfig* config) {
   bootstrap::Bootstrap* bs = parent->bootstrap();
   int n = parent->nranks();
   struct Entry {
@@ -252,29 +250,10 @@ Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, cons
                    config ? *config : parent->config());
 }
 
-Status commShrink(Communicator* parent, const int* exclude, int nexclude, ncclComm_t* out,
-                  const CommConfig* config, bool abortParent) {
-  *out = nullptr;
+Status shrinkNow(Communicator* parent, const std::vector<int>& remain, int nexclude, ncclComm_t* out,
+                 const CommConfig* config, bool abortParent) {
   const int n = parent->nranks();
-  std::vector<bool> excluded(static_cast<size_t>(n), false);
-  for (int i = 0; i < nexclude; ++i) {
-    const int r = exclude[i];
-    if (r < 0 || r >= n) {
-      return invalidArgument("argument 'excludeRanksList' holds rank ", r, "; the communicator has ranks 0..",
-                             n - 1);
-    }
-    if (excluded[static_cast<size_t>(r)]) {
-      return invalidArgument("argument 'excludeRanksList' holds rank ", r, " twice");
-    }
-    excluded[static_cast<size_t>(r)] = true;
-  }
-  if (excluded[static_cast<size_t>(parent->rank())]) {
-    return invalidUsage("rank ", parent->rank(),
-                        " is in 'excludeRanksList': only the ranks that remain call ncclCommShrink");
-  }
-  std::vector<int> remain;
-  for (int r = 0; r < n; ++r)
-    if (!excluded[static_cast<size_t>(r)]) remain.push_back(r);
+
   const int newRank =
       static_cast<int>(std::find(remain.begin(), remain.end(), parent->rank()) - remain.begin());
   // The first remaining rank makes the id and sends it to each other one,
@@ -308,6 +287,51 @@ Status commShrink(Communicator* parent, const int* exclude, int nexclude, ncclCo
              nexclude, newRank, remain.size(), abortParent ? " (parent's operations aborted)" : "");
   return initChild(out, static_cast<int>(remain.size()), msg.id, newRank,
                    config ? *config : parent->config());
+}
+
+}  // namespace
+
+// Inside a group, a split or shrink runs at ncclGroupEnd (as NCCL's), each
+// parent on its own thread there: one thread may split or shrink every
+// communicator it drives, whose exchanges wait for one another. The handle
+// is set then.
+Status commSplit(Communicator* parent, int color, int key, ncclComm_t* out, const CommConfig* config) {
+  *out = nullptr;
+  if (groupDepth() == 0) return splitNow(parent, color, key, out, config);
+  std::optional<CommConfig> cfg;
+  if (config != nullptr) cfg = *config;
+  groupDeferTask(parent, [=] { return splitNow(parent, color, key, out, cfg ? &*cfg : nullptr); });
+  return okStatus();
+}
+
+Status commShrink(Communicator* parent, const int* exclude, int nexclude, ncclComm_t* out,
+                  const CommConfig* config, bool abortParent) {
+  *out = nullptr;
+  const int n = parent->nranks();
+  std::vector<bool> excluded(static_cast<size_t>(n), false);
+  for (int i = 0; i < nexclude; ++i) {
+    const int r = exclude[i];
+    if (r < 0 || r >= n) {
+      return invalidArgument("argument 'excludeRanksList' holds rank ", r, "; the communicator has ranks 0..",
+                             n - 1);
+    }
+    if (excluded[static_cast<size_t>(r)]) {
+      return invalidArgument("argument 'excludeRanksList' holds rank ", r, " twice");
+    }
+    excluded[static_cast<size_t>(r)] = true;
+  }
+  if (excluded[static_cast<size_t>(parent->rank())]) {
+    return invalidUsage("rank ", parent->rank(),
+                        " is in 'excludeRanksList': only the ranks that remain call ncclCommShrink");
+  }
+  std::vector<int> remain;
+  for (int r = 0; r < n; ++r)
+    if (!excluded[static_cast<size_t>(r)]) remain.push_back(r);
+  if (groupDepth() == 0) return shrinkNow(parent, remain, nexclude, out, config, abortParent);
+  std::optional<CommConfig> cfg;
+  if (config != nullptr) cfg = *config;
+  groupDeferTask(parent, [=] { return shrinkNow(parent, remain, nexclude, out, cfg ? &*cfg : nullptr, abortParent); });
+  return okStatus();
 }
 
 Status commFinalize(Communicator* comm) {

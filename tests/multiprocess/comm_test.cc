@@ -657,6 +657,64 @@ TEST(CommThreads, GroupedInitOfSeveralRanksFromOneThread) {
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
 }
 
+// As NCCL's and RCCL's own tests do: one thread splits (and shrinks) every
+// communicator it drives inside one group; the exchanges run at
+// ncclGroupEnd, whatever the order of the calls. Both used to wait for the
+// bootstrap timeout.
+TEST(CommThreads, GroupedSplitAndShrinkOfSeveralRanksFromOneThread) {
+  const int n = 4;
+  std::vector<ncclComm_t> comms(n, nullptr), halves(n, nullptr), rest(n - 1, nullptr);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = n - 1; r >= 0; --r) {  // last rank first: each call returns at once
+    const size_t i = static_cast<size_t>(r);
+    ASSERT_EQ(ncclCommSplit(comms[i], r % 2, -r, &halves[i], nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(halves[i], nullptr);  // set when the group ends
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<std::vector<float>> data(n, std::vector<float>(1000));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    ASSERT_NE(halves[i], nullptr);
+    int rank = -1, count = -1;
+    EXPECT_EQ(ncclCommUserRank(halves[i], &rank), ncclSuccess);
+    EXPECT_EQ(ncclCommCount(halves[i], &count), ncclSuccess);
+    EXPECT_EQ(count, 2);
+    EXPECT_EQ(rank, r < 2 ? 1 : 0) << "keys -r: the higher parent rank comes first";
+    std::fill(data[i].begin(), data[i].end(), r + 1.0f);
+    ASSERT_EQ(ncclAllReduce(data[i].data(), data[i].data(), 1000, ncclFloat, ncclSum, halves[i], nullptr),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(data[static_cast<size_t>(r)][999], r % 2 == 0 ? 4.0f : 6.0f) << r;
+
+  // Shrink away rank 0, the calls in reverse order (rank 1, the first that
+  // remains, makes the new id).
+  int excluded[] = {0};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = n - 1; r >= 1; --r) {
+    ASSERT_EQ(ncclCommShrink(comms[static_cast<size_t>(r)], excluded, 1, &rest[static_cast<size_t>(r - 1)], nullptr,
+                             NCCL_SHRINK_DEFAULT),
+              ncclSuccess)
+        << ncclGetLastError(nullptr);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 1; r < n; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    ASSERT_NE(rest[i - 1], nullptr);
+    std::fill(data[i].begin(), data[i].end(), r + 1.0f);
+    ASSERT_EQ(ncclAllReduce(data[i].data(), data[i].data(), 1000, ncclFloat, ncclSum, rest[i - 1], nullptr),
+              ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(data[static_cast<size_t>(r)][0], 9.0f) << r;
+  for (ncclComm_t c : rest) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  for (ncclComm_t c : halves) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 TEST(CommThreads, StrayOnAPeerListenerIsDropped) {
   const int n = 2;
   std::vector<ncclComm_t> comms(n, nullptr);
