@@ -36,37 +36,58 @@ Status RedOpTable::create(const void* scalar, ncclDataType_t type, ncclScalarRes
     e.pointer = scalar;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (ops_.size() >= static_cast<size_t>(ncclMaxRedOp) - ncclNumOps) {
-    return invalidUsage("too many reduction operators were created on this communicator");
+  uint32_t slot = 0;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+    e.generation = (ops_[slot].generation + 1) % kGenerations;
+    ops_[slot] = e;
+  } else {
+    if (ops_.size() >= kMaxSlots) {
+      return invalidUsage("too many reduction operators are live on this communicator (", kMaxSlots,
+                          "): destroy those no longer used with ncclRedOpDestroy");
+    }
+    slot = static_cast<uint32_t>(ops_.size());
+    ops_.push_back(e);
   }
-  ops_.push_back(e);
-  *out = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(ops_.size()) - 1);
+  *out = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(e.generation << kSlotBits | slot));
   return okStatus();
+}
+
+const RedOpTable::Entry* RedOpTable::find(int op) const {
+  if (op < ncclNumOps) return nullptr;
+  const uint32_t bits = static_cast<uint32_t>(op - ncclNumOps);
+  const uint32_t slot = bits & (kMaxSlots - 1);
+  if (slot >= ops_.size()) return nullptr;
+  const Entry& e = ops_[slot];
+  return e.live && e.generation == bits >> kSlotBits ? &e : nullptr;
 }
 
 Status RedOpTable::destroy(ncclRedOp_t op) {
   const int raw = static_cast<int>(op);
   std::lock_guard<std::mutex> lock(mutex_);
-  const size_t index = static_cast<size_t>(raw - ncclNumOps);
-  if (raw < ncclNumOps || index >= ops_.size() || !ops_[index].live) {
+  const Entry* e = find(raw);
+  if (e == nullptr) {
     return invalidArgument("argument 'op' (", raw,
                            ") is not a live operator of this communicator: it was destroyed ",
                            "already, belongs to another communicator, or is built in");
   }
-  ops_[index].live = false;
+  const size_t slot = static_cast<size_t>(e - ops_.data());
+  ops_[slot].live = false;
+  free_.push_back(static_cast<uint32_t>(slot));
   return okStatus();
 }
 
 Status RedOpTable::resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar, bool leavePointer) const {
   const int raw = static_cast<int>(op);
   std::lock_guard<std::mutex> lock(mutex_);
-  const size_t index = static_cast<size_t>(raw - ncclNumOps);
-  if (index >= ops_.size() || !ops_[index].live) {
+  const Entry* live = find(raw);
+  if (live == nullptr) {
     return invalidArgument("argument 'op' is ", raw,
                            ", which is neither a built-in ncclRedOp_t nor a live operator ",
                            "created by ncclRedOpCreatePreMulSum on this communicator");
   }
-  const Entry& e = ops_[index];
+  const Entry& e = *live;
   if (e.type != type) {
     return invalidArgument("argument 'op' (", raw, ") was created for ", datatypeName(e.type),
                            " but the call's datatype is ", datatypeName(type));

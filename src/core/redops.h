@@ -4,8 +4,11 @@
 // scalar is either copied at creation (ncclScalarHostImmediate) or read
 // from the caller's memory each time a collective using it runs
 // (ncclScalarDevice; on the host backend that memory is host memory).
-// Handles are ncclNumOps + index and are never reused, so a destroyed
-// operator stays an error rather than silently naming a newer one.
+// A destroyed operator's slot is reused (a job may create and destroy one
+// per collective, as PyTorch does), but its handle is not at once: a handle
+// is ncclNumOps + (generation << 16 | slot), the slot's generation counting
+// its reuses, so a stale handle is an error rather than silently naming a
+// newer operator until that slot has been reused 32767 times.
 #pragma once
 
 #include <cstdint>
@@ -38,15 +41,22 @@ class RedOpTable {
 
  private:
   Status resolveCustom(ncclRedOp_t op, ncclDataType_t type, ScalarBits* scalar, bool leavePointer) const;
+  static constexpr int kSlotBits = 16;
+  static constexpr uint32_t kMaxSlots = 1u << kSlotBits;      // live operators at once
+  static constexpr uint32_t kGenerations = (1u << 15) - 1;  // handles stay below ncclMaxRedOp
   struct Entry {
     bool live = false;
+    uint32_t generation = 0;
     ncclDataType_t type = ncclFloat32;
     ncclScalarResidence_t residence = ncclScalarHostImmediate;
     ScalarBits value;               // host-immediate
     const void* pointer = nullptr;  // device (read at run time)
   };
   mutable std::mutex mutex_;
+  // The live entry `op` names, or null.
+  const Entry* find(int op) const;
   std::vector<Entry> ops_;
+  std::vector<uint32_t> free_;  // slots of destroyed operators
 };
 
 // Makes a scalar that `resolve` left as a pointer (ncclScalarDevice) ready

@@ -536,6 +536,45 @@ TEST(Api, PreMulSumDestroyedBeforeItsGroupRuns) {
   EXPECT_EQ(state, ncclSuccess);
 }
 
+// Operators made and destroyed one per collective (as PyTorch does) reuse
+// their slots: the table stays bounded by the operators live at once, and a
+// destroyed operator's handle stays an error after its slot is reused.
+TEST(Api, PreMulSumSlotsAreReusedButStaleHandlesAreNot) {
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+  float two = 2, in[2] = {1, 2}, out[2] = {};
+  ncclRedOp_t first, op;
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&first, &two, ncclFloat, ncclScalarHostImmediate, comm), ncclSuccess);
+  ASSERT_EQ(ncclRedOpDestroy(first, comm), ncclSuccess);
+  for (int i = 0; i < 100000; ++i) {  // unbounded growth would be 100000 entries
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, comm), ncclSuccess);
+    if (i < 32766) {  // then the slot's generation comes round
+      ASSERT_NE(op, first) << i;
+    }
+    ASSERT_EQ(ncclRedOpDestroy(op, comm), ncclSuccess);
+  }
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, comm), ncclSuccess);
+  ASSERT_NE(op, first);
+  EXPECT_EQ(ncclAllReduce(in, out, 2, ncclFloat, first, comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclRedOpDestroy(first, comm), ncclInvalidArgument);
+  EXPECT_EQ(ncclAllReduce(in, out, 2, ncclFloat, op, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(out[1], 4.0f);
+  // The live operators are bounded (65536 at once), and a destroyed one
+  // makes room again.
+  std::vector<ncclRedOp_t> live(1, op);
+  ncclResult_t r = ncclSuccess;
+  while (r == ncclSuccess && live.size() <= 70000) {
+    r = ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, comm);
+    if (r == ncclSuccess) live.push_back(op);
+  }
+  EXPECT_EQ(r, ncclInvalidUsage);
+  EXPECT_EQ(live.size(), 65536u);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclRedOpDestroy"), std::string::npos);
+  ASSERT_EQ(ncclRedOpDestroy(live[7], comm), ncclSuccess);
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
 // After a group fails at ncclGroupEnd, ncclGetLastError(comm) gives that
 // failure rather than an earlier call's, and so do the refusals that follow
 // while the communicator is in error.
