@@ -20,6 +20,7 @@ struct Allocation {
   int fd;  // host memory: the memory file peers map
   size_t bytes;
   bool vmm;  // GPU memory: a shareable virtual-memory allocation (bytes: what is mapped)
+  int registrations = 0;  // live ncclCommRegister / ncclCommWindowRegister inside it
 };
 std::mutex gMutex;
 // Every live allocation by address.
@@ -54,7 +55,7 @@ Status memAlloc(void** ptr, size_t bytes) {
   }
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    allocations()[reinterpret_cast<uintptr_t>(p)] = Allocation{backend == Backend::Gpu, fd, mapped, vmm};
+    allocations()[reinterpret_cast<uintptr_t>(p)] = Allocation{backend == Backend::Gpu, fd, mapped, vmm, 0};
   }
   BRAID_INFO(kLogAlloc, "ncclMemAlloc %zu bytes on %s at %p%s", bytes, backendName(backend), p,
              vmm ? strCat(" (virtual memory, ", mapped, " bytes mapped)").c_str() : "");
@@ -71,6 +72,15 @@ Status memFree(void* ptr) {
       return invalidArgument("pointer ", ptr, " was not allocated by ncclMemAlloc (or was freed already)");
     }
     a = it->second;
+    if (a.registrations > 0) {
+      // Freed under a window, the memory would come back from the next
+      // ncclMemAlloc at the same address, and the window's zero-copy
+      // collectives would read and write the peers' mappings of the old one.
+      return invalidUsage("ncclMemFree: the memory at ", ptr, " still holds ", a.registrations,
+                          " registration(s) (ncclCommRegister or ncclCommWindowRegister); deregister "
+                          "them (ncclCommDeregister / ncclCommWindowDeregister) or destroy their "
+                          "communicator first");
+    }
     allocations().erase(it);
   }
   if (a.gpu) return a.vmm ? gpuFreeShareable(ptr, a.bytes) : gpuFree(ptr);
@@ -89,6 +99,24 @@ const std::pair<const uintptr_t, Allocation>* allocationHolding(const void* p, s
   if (!spanHolds(reinterpret_cast<const void*>(it->first), a.bytes, p, bytes)) return nullptr;
   return &*it;
 }
+
+// Counts a registration in the allocation holding [p, p + bytes); returns
+// the allocation's address, or 0 where none holds it.
+uintptr_t holdAllocation(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  auto* e = const_cast<std::pair<const uintptr_t, Allocation>*>(allocationHolding(p, bytes));
+  if (e == nullptr) return 0;
+  ++e->second.registrations;
+  return e->first;
+}
+
+void releaseAllocation(uintptr_t base) {
+  if (base == 0) return;
+  std::lock_guard<std::mutex> lock(gMutex);
+  auto it = allocations().find(base);
+  if (it != allocations().end() && it->second.registrations > 0) --it->second.registrations;
+}
+
 }  // namespace
 
 bool findSharedAllocation(const void* p, size_t bytes, SharedAllocation* out) {
@@ -133,7 +161,7 @@ Status BufferRegistry::add(void* buff, size_t size, void** handle, Kind kind) {
   const uintptr_t id = ++lastId;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_[id] = Entry{buff, size, kind};
+    entries_[id] = Entry{buff, size, kind, holdAllocation(buff, size)};
   }
   *handle = reinterpret_cast<void*>(id);
   BRAID_INFO(kLogAlloc, "%s %p (%zu bytes): handle %p", registerName(kind), buff, size, *handle);
@@ -150,8 +178,13 @@ Status BufferRegistry::remove(void* handle, Kind kind) {
   }
   BRAID_INFO(kLogAlloc, "%s: deregistered %p (%zu bytes at %p)", registerName(kind), handle, it->second.size,
              it->second.base);
+  releaseAllocation(it->second.allocation);
   entries_.erase(it);
   return okStatus();
+}
+
+BufferRegistry::~BufferRegistry() {
+  for (const auto& [id, e] : entries_) releaseAllocation(e.allocation);
 }
 
 }  // namespace braid

@@ -23,7 +23,8 @@ inline bool spanHolds(const void* base, size_t size, const void* p, size_t bytes
 }
 
 Status memAlloc(void** ptr, size_t bytes);
-// Frees memory from memAlloc; anything else is ncclInvalidArgument.
+// Frees memory from memAlloc; anything else is ncclInvalidArgument. Memory
+// that a live registration or window holds is refused (ncclInvalidUsage).
 Status memFree(void* ptr);
 
 // The host allocation of memAlloc holding [p, p + bytes), if there is one.
@@ -54,6 +55,9 @@ class BufferRegistry {
   enum class Kind { Buffer, Window };
   // `gpu`: the communicator's GPU, or -1 for a host communicator.
   explicit BufferRegistry(int gpu) : gpu_(gpu) {}
+  ~BufferRegistry();  // releases what is still registered
+  BufferRegistry(const BufferRegistry&) = delete;
+  BufferRegistry& operator=(const BufferRegistry&) = delete;
   Status add(void* buff, size_t size, void** handle, Kind kind = Kind::Buffer);
   Status remove(void* handle, Kind kind = Kind::Buffer);
 
@@ -62,6 +66,7 @@ class BufferRegistry {
     const void* base;
     size_t size;
     Kind kind;
+    uintptr_t allocation;  // the ncclMemAlloc memory holding it (0: none), which ncclMemFree then refuses
   };
   int gpu_;
   std::mutex mu_;

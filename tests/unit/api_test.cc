@@ -814,6 +814,35 @@ TEST(Api, MemAllocRoundTrip) {
   EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);
 }
 
+// Memory under a live window or registration is not freed: the next
+// ncclMemAlloc would return it at the same address, and the stale window's
+// zero-copy collectives would use the peers' mappings of the old memory
+// (wrong results with ncclSuccess). Deregistering, or destroying the
+// communicator, lets it go.
+TEST(Api, MemFreeRefusesMemoryThatIsStillRegistered) {
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+  void* mem = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&mem, 8192), ncclSuccess);
+  ncclWindow_t win = nullptr;
+  void* handle = nullptr;
+  ASSERT_EQ(ncclCommWindowRegister(comm, mem, 8192, &win, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  ASSERT_EQ(ncclCommRegister(comm, static_cast<char*>(mem) + 4096, 64, &handle), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(mem), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("2 registration(s)"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclCommWindowDeregister(comm, win), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(mem), ncclInvalidUsage);  // the buffer registration still holds it
+  ASSERT_EQ(ncclCommDeregister(comm, handle), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(mem), ncclSuccess);
+
+  // Left registered at destroy: released with the communicator.
+  ASSERT_EQ(ncclMemAlloc(&mem, 8192), ncclSuccess);
+  ASSERT_EQ(ncclCommWindowRegister(comm, mem, 8192, &win, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(mem), ncclSuccess);
+}
+
 // Shared memory beyond what the host can give is refused before any of it
 // is reserved: reserving it would have the kernel kill processes, the
 // caller's neighbours first, instead of failing the call.
