@@ -820,14 +820,17 @@ Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady, CommUse
   }
   if (needReady) {
     ncclResult_t state = comm->asyncError();
+    // The codes are NCCL's (ncclCommEnsureReady): ncclInvalidArgument for a
+    // communicator not ready yet, the failure's own code for one in error.
     if (state == ncclInProgress) {
-      return invalidUsage("the communicator is still initializing (non-blocking init): poll "
-                          "ncclCommGetAsyncError until it returns ncclSuccess");
+      return invalidArgument("the communicator is still initializing (non-blocking init): poll "
+                             "ncclCommGetAsyncError until it returns ncclSuccess");
     }
     if (state != ncclSuccess) {
       const std::string cause = comm->asyncErrorCause();
-      return invalidUsage("the communicator is in error (", ncclGetErrorString(state), ")",
-                          cause.empty() ? std::string() : strCat(" since: ", cause), "; destroy or abort it");
+      return Status(state, strCat("the communicator is in error (", ncclGetErrorString(state), ")",
+                                  cause.empty() ? std::string() : strCat(" since: ", cause),
+                                  "; destroy or abort it"));
     }
     if (comm->finalized()) return invalidUsage("the communicator was finalized (ncclCommFinalize)");
   }

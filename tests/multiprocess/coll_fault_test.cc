@@ -100,11 +100,18 @@ TEST(CollFaults, AMissingRankStallsWithAnErrorNamingItAndDumpsFifos) {
         ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
         double took = secondsSince(start);
         std::string text = ncclGetLastError(comm);
+        // A later call on the communicator in error gets the failure's code,
+        // as NCCL's (ncclCommEnsureReady), and says so.
+        ncclResult_t later = ncclAllReduce(buf.data(), buf.data(), 1, ncclFloat, ncclSum, comm, nullptr);
+        std::string laterText = ncclGetLastError(comm);
         // Stay until the other waiter has timed out too: a rank whose
         // process ends fails the waits on it at once instead.
         std::this_thread::sleep_for(std::chrono::seconds(2));
         ncclCommAbort(comm);
         if (r != ncclRemoteError) return "expected ncclRemoteError, got " + std::to_string(r) + ": " + text;
+        if (later != ncclRemoteError || laterText.find("in error") == std::string::npos) {
+          return "a call after the failure gave " + std::to_string(later) + ": " + laterText;
+        }
         if (took > 10) return "took " + std::to_string(took) + " s";
         err = expect(text.find("ncclAllReduce #2") != std::string::npos &&
                          text.find("channel 0") != std::string::npos &&

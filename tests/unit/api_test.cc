@@ -723,6 +723,24 @@ TEST(Api, RejectedInitOrSplitClearsTheHandle) {
   EXPECT_EQ(all[1], nullptr);
 }
 
+// A communicator used before its non-blocking init completed: NCCL's code
+// (ncclInvalidArgument, from ncclCommEnsureReady), saying why. Here the
+// second rank never comes, so init cannot complete under the call.
+TEST(Api, UseBeforeNonBlockingInitCompletesIsRefused) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&comm, 2, id, 0, &config), ncclInProgress);
+  ASSERT_NE(comm, nullptr);
+  float one = 1;
+  EXPECT_EQ(ncclAllReduce(&one, &one, 1, ncclFloat, ncclSum, comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("still initializing"), std::string::npos)
+      << ncclGetLastError(comm);
+  EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+}
+
 TEST(Api, NullHandlesToDestroyAndAbortAreNoOps) {
   EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);  // as NCCL
   EXPECT_EQ(ncclCommAbort(nullptr), ncclSuccess);
