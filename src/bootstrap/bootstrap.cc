@@ -178,7 +178,7 @@ Status Bootstrap::acceptFrom(int peer, uint32_t tag, Socket* out) {
       it->second.pop_front();
       return okStatus();
     }
-    if (options_.abort && options_.abort->load()) return invalidUsage("bootstrap wait was aborted (ncclCommAbort)");
+    if (options_.abort && options_.abort->load()) return invalidUsage("bootstrap wait was aborted (ncclCommAbort, ncclCommRevoke or ncclCommShrink with NCCL_SHRINK_ABORT)");
     if (Clock::now() >= dl) {
       return remoteError("rank ", rank_, " timed out after ", waitBound(), " waiting for ", describe(peer),
                          waitingFor(), ": it may have died or be stuck");
@@ -248,7 +248,7 @@ Status Bootstrap::exchange(const void* sendData, void* recvData, size_t bytes, D
   int prev = (rank_ - 1 + nranks_) % nranks_;
   int next = (rank_ + 1) % nranks_;
   while (sent < total || received < total) {
-    if (options_.abort && options_.abort->load()) return invalidUsage("bootstrap exchange was aborted (ncclCommAbort)");
+    if (options_.abort && options_.abort->load()) return invalidUsage("bootstrap exchange was aborted (ncclCommAbort, ncclCommRevoke or ncclCommShrink with NCCL_SHRINK_ABORT)");
     if (Clock::now() >= dl) {
       return remoteError("rank ", rank_, " timed out in a bootstrap ring exchange (sent ", sent, "/", total,
                          " bytes to ", describe(next), ", received ", received, "/", total, " from ",

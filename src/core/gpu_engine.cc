@@ -607,7 +607,7 @@ Status GpuEngineImpl::deviceStatus() const {
   s.peer = v->peer;
   s.waitingFor = v->waitingFor;
   s.step = v->step;
-  if (s.code == device::kDevAborted) return invalidUsage("a GPU kernel was aborted (ncclCommAbort)");
+  if (s.code == device::kDevAborted) return invalidUsage("a GPU kernel was aborted (ncclCommAbort, ncclCommRevoke or ncclCommShrink with NCCL_SHRINK_ABORT)");
   if (s.code == device::kDevMismatch && s.waitingFor == 4) {
     return invalidUsage("a send to rank ", s.peer, " on channel ", s.channel,
                         " differs in size from the receive that rank posted for it: a send and its receive "

@@ -223,7 +223,7 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
       return comm->explainFailure(remoteError("send/receive stopped"));
     }
     Backoff::Result r = backoff.pause();
-    if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort)");
+    if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort, ncclCommRevoke or ncclCommShrink with NCCL_SHRINK_ABORT)");
     if (r == Backoff::Result::Cancelled ||
         (r == Backoff::Result::Ready && (++pauses & 15) == 0 && endedRun().second != nullptr)) {
       lastPass = true;

@@ -29,7 +29,7 @@ StringParam paramSocketFamily("SOCKET_FAMILY", "", "Address family to use: AF_IN
 
 constexpr int kPollSliceMs = 100;
 
-Status abortedError(const char* what) { return invalidUsage(what, " was aborted (ncclCommAbort)"); }
+Status abortedError(const char* what) { return invalidUsage(what, " was aborted (ncclCommAbort, ncclCommRevoke or ncclCommShrink with NCCL_SHRINK_ABORT)"); }
 
 int remainingMs(Deadline deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();

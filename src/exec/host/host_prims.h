@@ -93,7 +93,7 @@ namespace detail {
 inline Status waitFailure(Backoff::Result r, const PrimsContext& ctx, const char* what, int peer,
                           uint64_t step) {
   const std::string op = strCat(ctx.collective, " #", ctx.seq);
-  if (r == Backoff::Result::Aborted) return invalidUsage(op, " was aborted (ncclCommAbort)");
+  if (r == Backoff::Result::Aborted) return invalidUsage(op, " was aborted (ncclCommAbort, ncclCommRevoke or ncclCommShrink with NCCL_SHRINK_ABORT)");
   if (r == Backoff::Result::Cancelled) {
     return internalError(op, ": channel ", ctx.channel, " stopped waiting for rank ", peer, " ", what, " (step ",
                          step, "): the collective failed elsewhere");
