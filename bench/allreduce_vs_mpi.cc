@@ -26,7 +26,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,16 +43,32 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-size_t parseSize(const char* s) {
+// "8", "1.5K", "256M", "1G" (powers of 1024) as a whole number of bytes;
+// false for anything else (no digits, trailing text, inf, nan, negative,
+// fractions of a byte, more than 2^62).
+bool parseSize(const char* s, size_t* bytes) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
+  if (end == s || !std::isfinite(v) || v < 0) return false;
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    case 'K': case 'k': v *= 1024; ++end; break;
+    case 'M': case 'm': v *= 1024 * 1024; ++end; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; ++end; break;
     default: break;
   }
-  return static_cast<size_t>(v);
+  if (*end != '\0' || v != std::floor(v) || v > 4.6e18) return false;
+  *bytes = static_cast<size_t>(v);
+  return true;
+}
+
+// A whole number in [min, max]; false for anything else.
+bool parseInt(const char* s, long min, long max, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < min || v > max) return false;
+  *out = v;
+  return true;
 }
 
 // The median of `values` (the upper middle one of an even count), or with
@@ -69,6 +87,90 @@ double memcpyBandwidth() {
   return 4.0 * bytes / (now() - t0) / 1e9;
 }
 
+constexpr char kUsage[] =
+    "usage: allreduce_vs_mpi [-b MIN] [-e MAX] [-f FACTOR] [-w 0|1] [-o BYTES] [-r ROUNDS] [-t MS]\n"
+    "                        [-s median|best] [-h]\n"
+    "  -b, -e  smallest and largest size, bytes with K, M, G suffixes, 4 to 4G (default 8 and 256M)\n"
+    "  -f      sizes grow by this whole factor, 2 to 1024 (default 4)\n"
+    "  -w 1    buffers from ncclMemAlloc, registered as a window (default 0)\n"
+    "  -o      output this many bytes past a page, a multiple of 4 up to 1M (default 0)\n"
+    "  -r      alternating rounds of each library, 1 to 100000 (default 15)\n"
+    "  -t      milliseconds each round fills, 0 to 60000 (default 10)\n"
+    "  -s      times of the round pair with the median MPI/Braid ratio, or each library's best round\n";
+
+struct Args {
+  size_t minBytes = 8, maxBytes = 256u << 20;
+  size_t factor = 4;
+  bool window = false;
+  size_t outOffset = 0;
+  int rounds = 15;
+  double roundSeconds = 0.010;
+  bool best = false;
+  bool help = false;
+};
+
+// Parses the command line into `a`: "" when it is good, else what is wrong.
+std::string parseArgs(int argc, char** argv, Args* a) {
+  const size_t kMaxBytes = size_t{4} << 30;  // MPI counts are ints
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      a->help = true;
+      return "";
+    }
+    const char* expected = nullptr;
+    if (flag == "-b" || flag == "-e") {
+      expected = "a size from 4 to 4G (K, M, G suffixes)";
+    } else if (flag == "-f") {
+      expected = "a whole number from 2 to 1024";
+    } else if (flag == "-w") {
+      expected = "0 or 1";
+    } else if (flag == "-o") {
+      expected = "a multiple of 4 bytes up to 1M";
+    } else if (flag == "-r") {
+      expected = "a whole number from 1 to 100000";
+    } else if (flag == "-t") {
+      expected = "milliseconds from 0 to 60000";
+    } else if (flag == "-s") {
+      expected = "'median' or 'best'";
+    } else {
+      return "unknown argument '" + flag + "'";
+    }
+    if (i + 1 >= argc) return flag + " needs a value: " + expected;
+    const char* v = argv[++i];
+    long n = 0;
+    bool ok = false;
+    if (flag == "-b" || flag == "-e") {
+      size_t* bytes = flag == "-b" ? &a->minBytes : &a->maxBytes;
+      ok = parseSize(v, bytes) && *bytes >= sizeof(float) && *bytes <= kMaxBytes;
+    } else if (flag == "-f") {
+      ok = parseInt(v, 2, 1024, &n);
+      a->factor = static_cast<size_t>(n);
+    } else if (flag == "-w") {
+      ok = parseInt(v, 0, 1, &n);
+      a->window = n != 0;
+    } else if (flag == "-o") {
+      ok = parseSize(v, &a->outOffset) && a->outOffset % sizeof(float) == 0 && a->outOffset <= (1u << 20);
+    } else if (flag == "-r") {
+      ok = parseInt(v, 1, 100000, &n);
+      a->rounds = static_cast<int>(n);
+    } else if (flag == "-t") {
+      char* end = nullptr;
+      double ms = std::strtod(v, &end);
+      ok = end != v && *end == '\0' && std::isfinite(ms) && ms >= 0 && ms <= 60000;
+      a->roundSeconds = ms / 1e3;
+    } else if (flag == "-s") {
+      ok = !std::strcmp(v, "median") || !std::strcmp(v, "best");
+      a->best = !std::strcmp(v, "best");
+    }
+    if (!ok) return "invalid value '" + std::string(v) + "' for " + flag + ": " + expected;
+  }
+  if (a->minBytes > a->maxBytes) {
+    return "-b " + std::to_string(a->minBytes) + " is larger than -e " + std::to_string(a->maxBytes);
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,23 +178,20 @@ int main(int argc, char** argv) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  size_t minBytes = 8, maxBytes = 256u << 20;
-  int factor = 4;
-  bool window = false;
-  size_t outOffset = 0;
-  int rounds = 15;
-  double roundSeconds = 0.010;
-  bool best = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "-b")) minBytes = parseSize(argv[i + 1]);
-    if (!std::strcmp(argv[i], "-e")) maxBytes = parseSize(argv[i + 1]);
-    if (!std::strcmp(argv[i], "-f")) factor = std::max(2, std::atoi(argv[i + 1]));
-    if (!std::strcmp(argv[i], "-w")) window = std::atoi(argv[i + 1]) != 0;
-    if (!std::strcmp(argv[i], "-o")) outOffset = parseSize(argv[i + 1]) / sizeof(float) * sizeof(float);
-    if (!std::strcmp(argv[i], "-r")) rounds = std::max(1, std::atoi(argv[i + 1]));
-    if (!std::strcmp(argv[i], "-t")) roundSeconds = std::max(0.0, std::atof(argv[i + 1]) / 1e3);
-    if (!std::strcmp(argv[i], "-s")) best = !std::strcmp(argv[i + 1], "best");
+  Args args;
+  const std::string bad = parseArgs(argc, argv, &args);
+  if (!bad.empty() || args.help) {
+    // Every rank parsed the same command line; rank 0 speaks, all exit.
+    if (rank == 0 && args.help) std::printf("%s", kUsage);
+    if (rank == 0 && !bad.empty()) std::fprintf(stderr, "allreduce_vs_mpi: %s\n%s", bad.c_str(), kUsage);
+    MPI_Finalize();
+    return bad.empty() ? 0 : 1;
   }
+  const size_t minBytes = args.minBytes, maxBytes = args.maxBytes, factor = args.factor;
+  const bool window = args.window, best = args.best;
+  const size_t outOffset = args.outOffset;
+  const int rounds = args.rounds;
+  const double roundSeconds = args.roundSeconds;
   double mcpy = rank == 0 ? memcpyBandwidth() : 0;
 
   ncclUniqueId id;
@@ -133,7 +232,8 @@ int main(int argc, char** argv) {
     std::printf("# %12s %12s %12s %12s %12s %8s\n", "bytes", "braid(us)", "mpi(us)", "braid GB/s", "mpi GB/s",
                 "ratio");
   }
-  for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= static_cast<size_t>(factor)) {
+  // -b >= 4 and -f >= 2: the sizes grow, and stop before they could overflow.
+  for (size_t bytes = minBytes; bytes <= maxBytes; bytes = bytes > maxBytes / factor ? maxBytes + 1 : bytes * factor) {
     size_t count = std::max<size_t>(1, bytes / sizeof(float));
     // The time of one call (slowest rank, after a warm-up call) sets the
     // number of calls that fill a round.
