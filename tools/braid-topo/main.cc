@@ -16,6 +16,7 @@
 // Exits 1 on a bad file or option, 2 on a rejected parameter.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -294,8 +295,17 @@ int main(int argc, char** argv) {
     };
     if (a == "--xml")
       opt.xml = value("a file");
-    else if (a == "--nodes")
-      opt.nodes = std::atoi(value("a count").c_str());
+    else if (a == "--nodes") {
+      const std::string v = value("a count");
+      char* end = nullptr;
+      errno = 0;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno != 0 || n < 1 || n > 4096) {
+        std::fprintf(stderr, "braid-topo: --nodes '%s': must be a whole number 1..4096\n", v.c_str());
+        return 1;
+      }
+      opt.nodes = static_cast<int>(n);
+    }
     else if (a == "--json")
       opt.json = true;
     else if (a == "--dot")
@@ -322,12 +332,14 @@ int main(int argc, char** argv) {
       usage(stdout);
       return 0;
     } else {
+      std::fprintf(stderr, "braid-topo: unknown argument '%s'\n", a.c_str());
       usage(stderr);
       return 1;
     }
   }
-  if (opt.nodes < 1 || opt.nodes > 4096) {
-    std::fprintf(stderr, "braid-topo: --nodes must be 1..4096\n");
+  if (opt.json + !opt.dot.empty() + opt.net > 1) {
+    std::fprintf(stderr, "braid-topo: --json, --dot and --net exclude each other\n");
+    usage(stderr);
     return 1;
   }
   Status params = ParamRegistry::instance().validate();
