@@ -23,6 +23,9 @@
 // allocations are. A small offset shows what misaligned views cost: glibc's
 // memcpy, which Open MPI's shared-memory path uses, slows down 10-20x on some
 // x86 CPUs when source and destination differ in alignment modulo 64.
+// Each size's first call of each library is checked against the exact sum
+// (small integers in float); a wrong element or a failed NCCL call ends the
+// run with exit status 1.
 #include <mpi.h>
 
 #include <algorithm>
@@ -76,6 +79,42 @@ bool parseInt(const char* s, long min, long max, long* out) {
 double pick(std::vector<double> values, bool best) {
   std::sort(values.begin(), values.end());
   return best ? values.front() : values[values.size() / 2];
+}
+
+// A failed NCCL call ends the job: the other ranks may be waiting in a
+// collective this rank will never join.
+void checkNccl(ncclResult_t r, const char* what, int rank, ncclComm_t comm) {
+  if (r == ncclSuccess) return;
+  std::fprintf(stderr, "allreduce_vs_mpi: rank %d: %s failed: %s (last error: %s)\n", rank, what,
+               ncclGetErrorString(r), ncclGetLastError(comm));
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// Input element i of `rank`: small integers, so that the float sum over the
+// ranks, n(n+1)/2 + n(i % 7), is exact in any order.
+float inputValue(int rank, size_t i) {
+  return static_cast<float>(rank + 1 + static_cast<int>(i % 7));
+}
+
+// Whether `out` holds the sum over n ranks of every input element; the
+// ranks agree on the answer, and those with wrong elements say where.
+bool outputCorrect(const char* library, const float* out, size_t count, int rank, int n) {
+  long long wrong = 0;
+  size_t first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+    if (!(out[i] == want) && wrong++ == 0) first = i;
+  }
+  if (wrong) {
+    std::fprintf(stderr,
+                 "allreduce_vs_mpi: rank %d: %s all-reduce of %zu bytes: %lld wrong elements, the first at "
+                 "%zu: %g, expected %g\n",
+                 rank, library, count * sizeof(float), wrong, first, static_cast<double>(out[first]),
+                 static_cast<double>(n * (n + 1) / 2 + n * static_cast<int>(first % 7)));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return wrong == 0;
 }
 
 double memcpyBandwidth() {
@@ -195,13 +234,10 @@ int main(int argc, char** argv) {
   double mcpy = rank == 0 ? memcpyBandwidth() : 0;
 
   ncclUniqueId id;
-  if (rank == 0) ncclGetUniqueId(&id);
+  if (rank == 0) checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", rank, nullptr);
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
   ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
-    std::fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(nullptr));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  checkNccl(ncclCommInitRank(&comm, n, id, rank), "ncclCommInitRank", rank, nullptr);
   const size_t page = 4096;
   const size_t elems = std::max(maxBytes, sizeof(float)) / sizeof(float);
   const size_t span = (elems * sizeof(float) + page - 1) / page * page;  // in, then out at span + outOffset
@@ -209,17 +245,15 @@ int main(int argc, char** argv) {
   void* mem = nullptr;
   ncclWindow_t win = nullptr;
   if (window) {
-    if (ncclMemAlloc(&mem, total) != ncclSuccess ||
-        ncclCommWindowRegister(comm, mem, total, &win, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess) {
-      std::fprintf(stderr, "rank %d: window: %s\n", rank, ncclGetLastError(comm));
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    checkNccl(ncclMemAlloc(&mem, total), "ncclMemAlloc", rank, comm);
+    checkNccl(ncclCommWindowRegister(comm, mem, total, &win, NCCL_WIN_COLL_SYMMETRIC),
+              "ncclCommWindowRegister", rank, comm);
   } else {
     mem = std::aligned_alloc(page, (total + page - 1) / page * page);
   }
   float* in = static_cast<float*>(mem);
   float* out = reinterpret_cast<float*>(static_cast<char*>(mem) + span + outOffset);
-  std::fill(in, in + elems, 1.0f);
+  for (size_t i = 0; i < elems; ++i) in[i] = inputValue(rank, i);
   std::fill(out, out + elems, 0.0f);
   if (rank == 0) {
     std::printf(
@@ -232,26 +266,43 @@ int main(int argc, char** argv) {
     std::printf("# %12s %12s %12s %12s %12s %8s\n", "bytes", "braid(us)", "mpi(us)", "braid GB/s", "mpi GB/s",
                 "ratio");
   }
+  int status = 0;
   // -b >= 4 and -f >= 2: the sizes grow, and stop before they could overflow.
-  for (size_t bytes = minBytes; bytes <= maxBytes; bytes = bytes > maxBytes / factor ? maxBytes + 1 : bytes * factor) {
+  for (size_t bytes = minBytes; bytes <= maxBytes;
+       bytes = bytes > maxBytes / factor ? maxBytes + 1 : bytes * factor) {
     size_t count = std::max<size_t>(1, bytes / sizeof(float));
     // The time of one call (slowest rank, after a warm-up call) sets the
     // number of calls that fill a round.
+    // The warm-up calls of each library are checked: a wrong sum stops the sweep.
+    auto allReduce = [&] {
+      checkNccl(ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr), "ncclAllReduce", rank,
+                comm);
+    };
     MPI_Barrier(MPI_COMM_WORLD);
-    ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr);
+    std::fill(out, out + count, -1.0f);
+    allReduce();
+    if (!outputCorrect("Braid", out, count, rank, n)) {
+      status = 1;
+      break;
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
-    for (int i = 0; i < 3; ++i) ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr);
+    for (int i = 0; i < 3; ++i) allReduce();
     double perCall = (now() - t0) / 3;
     MPI_Allreduce(MPI_IN_PLACE, &perCall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     const long iters =
         std::max(1L, std::min(1000000L, static_cast<long>(roundSeconds / std::max(perCall, 1e-9))));
+    std::fill(out, out + count, -1.0f);
     MPI_Allreduce(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (!outputCorrect("MPI", out, count, rank, n)) {
+      status = 1;
+      break;
+    }
     std::vector<double> braidRounds, mpiRounds, ratios;
     for (int round = 0; round < rounds; ++round) {
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = now();
-      for (long i = 0; i < iters; ++i) ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr);
+      for (long i = 0; i < iters; ++i) allReduce();
       double t = (now() - t0) / static_cast<double>(iters);
       MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       braidRounds.push_back(t);
@@ -277,12 +328,12 @@ int main(int argc, char** argv) {
     }
   }
   if (window) {
-    ncclCommWindowDeregister(comm, win);
-    ncclMemFree(mem);
+    checkNccl(ncclCommWindowDeregister(comm, win), "ncclCommWindowDeregister", rank, comm);
+    checkNccl(ncclMemFree(mem), "ncclMemFree", rank, comm);
   } else {
     std::free(mem);
   }
-  ncclCommDestroy(comm);
+  checkNccl(ncclCommDestroy(comm), "ncclCommDestroy", rank, nullptr);
   MPI_Finalize();
-  return 0;
+  return status;
 }
