@@ -9,10 +9,11 @@
 // Each size runs -r rounds of each library, alternating Braid and MPI. A
 // round is one timed loop of as many calls as fill -t milliseconds (counted
 // from Braid's time per call, the same count for both libraries); its time
-// per call is the slowest rank's. The table gives each library's median
-// round (-s best: its fastest round) and the median over rounds of MPI's time
-// over Braid's in the same round pair, so that a machine whose speed drifts
-// (a VM whose neighbours come and go) slows both sides of a ratio alike.
+// per call is the slowest rank's. The table gives the round pair (a Braid
+// round and the MPI round after it) whose MPI/Braid ratio is the median of
+// all pairs, so that a machine whose speed drifts (a VM whose neighbours come
+// and go) slows both sides of a ratio alike; -s best gives each library's
+// fastest round instead. Either way ratio = mpi(us) / braid(us) of the row.
 // Rounds much shorter than a scheduler time slice would instead measure
 // whichever library happened to run undisturbed.
 // -w 1: the buffers (both libraries use the same ones) come from
@@ -74,11 +75,13 @@ bool parseInt(const char* s, long min, long max, long* out) {
   return true;
 }
 
-// The median of `values` (the upper middle one of an even count), or with
-// `best` the smallest.
-double pick(std::vector<double> values, bool best) {
-  std::sort(values.begin(), values.end());
-  return best ? values.front() : values[values.size() / 2];
+// The index of the median of `values` (the upper middle one of an even
+// count), or with `best` of the smallest.
+size_t pick(const std::vector<double>& values, bool best) {
+  std::vector<size_t> order(values.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
+  return best ? order.front() : order[order.size() / 2];
 }
 
 // A failed NCCL call ends the job: the other ranks may be waiting in a
@@ -258,11 +261,11 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf(
         "# all-reduce, float sum, %d ranks; single-thread memcpy %.2f GB/s; buffers: %s, output %zu bytes "
-        "past a page\n# times: %s of %d alternating rounds of at least %.0f ms each; ratio: median of "
-        "MPI/Braid "
-        "per round pair\n",
+        "past a page\n# times: %s of %d alternating rounds of at least %.0f ms each; ratio = mpi(us) / "
+        "braid(us)\n",
         n, mcpy, window ? "ncclMemAlloc, registered as a window (zero-copy)" : "plain host memory", outOffset,
-        best ? "best" : "median", rounds, roundSeconds * 1e3);
+        best ? "each library's best" : "the round pair with the median MPI/Braid ratio", rounds,
+        roundSeconds * 1e3);
     std::printf("# %12s %12s %12s %12s %12s %8s\n", "bytes", "braid(us)", "mpi(us)", "braid GB/s", "mpi GB/s",
                 "ratio");
   }
@@ -317,8 +320,11 @@ int main(int argc, char** argv) {
       mpiRounds.push_back(t);
       ratios.push_back(t / braidRounds.back());
     }
-    const double tBraid = pick(braidRounds, best), tMpi = pick(mpiRounds, best);
-    const double ratio = pick(ratios, false);
+    // The printed times and ratio come from the same rounds.
+    const size_t braidRound = best ? pick(braidRounds, true) : pick(ratios, false);
+    const size_t mpiRound = best ? pick(mpiRounds, true) : braidRound;
+    const double tBraid = braidRounds[braidRound], tMpi = mpiRounds[mpiRound];
+    const double ratio = tMpi / tBraid;
     double factorBus = 2.0 * (n - 1) / n;
     double b = count * sizeof(float);
     if (rank == 0) {
