@@ -197,7 +197,7 @@ class Sweep {
           std::printf("%s\n", measureText(row.inPlace).c_str());
           results_->add(row);
         }
-        if (size == 0 && o_.stepFactor > 1) break;  // 0 * factor never grows
+        if (size == 0 && o_.stepFactor > 1) break;  // -b 0 -e 0 -f F: 0 * F never grows
       }
     }
   }

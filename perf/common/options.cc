@@ -39,7 +39,7 @@ namespace {
       "USAGE: %s\n"
       "  [-t,--nthreads <threads per process>] [-g,--ngpus <GPUs per thread>]\n"
       "  [-b,--minbytes <min size>] [-e,--maxbytes <max size>] (K, M, G suffixes)\n"
-      "  [-i,--stepbytes <increment>] [-f,--stepfactor <factor>]\n"
+      "  [-i,--stepbytes <increment>] [-f,--stepfactor <factor>] (-b 0 with -f > 1 only with -e 0)\n"
       "  [-n,--iters <n>] [-w,--warmup_iters <n>] [-m,--agg_iters <n>] [-N,--run_cycles <n, 0=forever>]\n"
       "  [-c,--check <checked iterations, 0/1...>] [-o,--op <sum/prod/min/max/avg/all>]\n"
       "  [-d,--datatype "
@@ -165,6 +165,14 @@ Options parseOptions(int argc, char** argv, const char* program) {
   if (o.minBytes > o.maxBytes) {
     std::fprintf(stderr, "%s: invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", program, o.minBytes,
                  o.maxBytes);
+    std::exit(EXIT_FAILURE);
+  }
+  // nccl-tests' loop multiplies 0 forever; -b 0 with -f times size 0 alone (-e 0) or steps with -i.
+  if (o.minBytes == 0 && o.stepFactor > 1 && o.maxBytes > 0) {
+    std::fprintf(stderr,
+                 "%s: -b 0 with -f %zu never grows past size 0: use -b 0 -e 0 for size 0 alone, a -b above 0, "
+                 "or -i for steps\n",
+                 program, o.stepFactor);
     std::exit(EXIT_FAILURE);
   }
   if (o.stepFactor <= 1 && o.stepBytes == 0) {

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Runs a perf program and checks its output against nccl-tests' format.
 
-    check_output.py [--ranks N] [--json FILE] -- program args...
+    check_output.py [--ranks N] [--rows N] [--json FILE] -- program args...
 
 Passes when the program exits 0, prints nccl-tests' header and column titles,
 at least one row whose #wrong fields are all 0 (or N/A), lists N ranks under
 "# Using devices", and ends with "# Out of bounds values : 0 OK" and an
-"# Avg bus bandwidth" line; with --json, FILE must hold the same rows.
+"# Avg bus bandwidth" line; with --rows N, exactly N result rows; with --json,
+FILE must hold the same rows.
 """
 import argparse
 import json
@@ -33,6 +34,7 @@ def fail(msg, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=0)
+    ap.add_argument("--rows", type=int, default=0)
     ap.add_argument("--json")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -68,6 +70,8 @@ def main():
         rows.append(m)
     if not rows:
         fail("no result rows", "")
+    if args.rows and len(rows) != args.rows:
+        fail("%d result rows, expected %d" % (len(rows), args.rows), "")
     if "# Out of bounds values : 0 OK" not in lines:
         fail("no '# Out of bounds values : 0 OK' line", "")
     if not any(re.match(r"^# Avg bus bandwidth    : [0-9.e+-]+ $", l) for l in lines):
