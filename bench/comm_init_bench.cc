@@ -3,6 +3,7 @@
 //
 //   comm_init_bench [--ranks 2,4,8,16,32,64] [--reps 3]
 //
+// Rank counts go from 1 to 256; a bad command line exits 1 with a message.
 // Each rank is a forked process; the unique id comes from a separate root
 // process, as in a real job. Init time is from the first rank entering
 // ncclCommInitRank to the last one leaving it (CLOCK_MONOTONIC is shared by
@@ -12,9 +13,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -80,22 +82,22 @@ Sample runOnce(int nranks) {
   return s;
 }
 
-}  // namespace
+// Each rank is a process with a report pipe: more would exhaust the default
+// limit of 1024 open files.
+constexpr long kMaxRanks = 256;
+constexpr char kUsage[] = "usage: comm_init_bench [--ranks 2,4,8] [--reps 3]  (ranks 1..256, reps 1..100)\n";
 
-int main(int argc, char** argv) {
-  std::vector<int> sizes = {2, 4, 8, 16, 32, 64};
-  int reps = 3;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--ranks") && i + 1 < argc) {
-      sizes.clear();
-      for (const std::string& part : braid::splitString(argv[++i], ',')) sizes.push_back(std::atoi(part.c_str()));
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: comm_init_bench [--ranks 2,4,8] [--reps 3]\n");
-      return 2;
-    }
-  }
+// A whole number in [min, max]; false for anything else.
+bool parseCount(const std::string& text, long min, long max, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < min || v > max) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+int run(const std::vector<int>& sizes, int reps) {
   std::printf("# Communicator init on %ld cores, host backend, %d repetitions (median)\n",
               sysconf(_SC_NPROCESSORS_ONLN), reps);
   std::printf("# %6s %12s %12s %16s\n", "ranks", "init (s)", "min (s)", "RSS/comm (KiB)");
@@ -123,4 +125,55 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> sizes = {2, 4, 8, 16, 32, 64};
+  int reps = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (a != "--ranks" && a != "--reps") {
+      std::fprintf(stderr, "comm_init_bench: unknown argument '%s'\n%s", a.c_str(), kUsage);
+      return 1;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "comm_init_bench: %s needs a value\n%s", a.c_str(), kUsage);
+      return 1;
+    }
+    const std::string v = argv[++i];
+    if (a == "--ranks") {
+      sizes.clear();
+      for (const std::string& part : braid::splitString(v, ',')) {
+        int n = 0;
+        if (!parseCount(part, 1, kMaxRanks, &n)) {
+          std::fprintf(stderr, "comm_init_bench: --ranks '%s': '%s' is not a rank count from 1 to %ld\n",
+                       v.c_str(), part.c_str(), kMaxRanks);
+          return 1;
+        }
+        sizes.push_back(n);
+      }
+      if (sizes.empty()) {
+        std::fprintf(stderr, "comm_init_bench: --ranks needs at least one rank count\n%s", kUsage);
+        return 1;
+      }
+    } else if (!parseCount(v, 1, 100, &reps)) {
+      std::fprintf(stderr, "comm_init_bench: --reps '%s': must be a whole number from 1 to 100\n", v.c_str());
+      return 1;
+    }
+  }
+  // The root process of a run dies with its RootProcess; an exception must
+  // unwind to it rather than end the program with the root still holding
+  // our stdout.
+  try {
+    return run(sizes, reps);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "comm_init_bench: %s\n", e.what());
+    return 1;
+  }
 }
