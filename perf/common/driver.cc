@@ -313,11 +313,15 @@ int perfMain(int argc, char** argv, const Collective& coll) {
       d.select();
       w.send.push_back(allocBuffer(d, bytes, registered));
       w.recv.push_back(allocBuffer(d, bytes, registered));
-      char line[512];
-      std::snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n",
-                    w.firstRank + g, 0, static_cast<int>(getpid()), hostName().c_str(),
-                    lib == Library::kMpi || hostMemory() ? -1 : index, d.describe().c_str());
-      lines += line;
+      // As long as the host name and device description are: never cut.
+      const int device = lib == Library::kMpi || hostMemory() ? -1 : index;
+      const char* kLine = "#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n";
+      const int length = std::snprintf(nullptr, 0, kLine, w.firstRank + g, 0, static_cast<int>(getpid()),
+                                       hostName().c_str(), device, d.describe().c_str());
+      std::vector<char> line(static_cast<size_t>(std::max(length, 0)) + 1);
+      std::snprintf(line.data(), line.size(), kLine, w.firstRank + g, 0, static_cast<int>(getpid()),
+                    hostName().c_str(), device, d.describe().c_str());
+      lines += line.data();
     }
     w.stage.resize(bytes);
   }

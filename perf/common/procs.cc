@@ -44,14 +44,16 @@ class SingleProcs final : public Procs {
 
 // Forked ranks share one anonymous mapping made before fork: a process-shared
 // barrier and one slot per rank. A rank that dies leaves the others waiting at
-// the barrier; the parent then stops them (see launch()).
+// the barrier; the parent then stops them (see launch()). Texts longer than a
+// slot (nccl-tests' 2048 bytes a process) travel in several rounds.
 constexpr int kMaxForked = 256;
-constexpr size_t kTextBytes = 512;
+constexpr size_t kTextBytes = 2048;
 constexpr size_t kBroadcastBytes = 4096;
 
 struct Shared {
   pthread_barrier_t barrier;
   double values[kMaxForked];
+  size_t textBytes[kMaxForked];
   char texts[kMaxForked][kTextBytes];
   unsigned char broadcast[kBroadcastBytes];
 };
@@ -80,14 +82,21 @@ class ForkProcs final : public Procs {
     return r;
   }
   std::vector<std::string> gather(const std::string& text) override {
-    std::snprintf(shared_->texts[rank_], kTextBytes, "%s", text.c_str());
-    barrier();
-    std::vector<std::string> all;
-    if (rank_ == 0) {
-      for (int i = 0; i < size_; ++i) all.emplace_back(shared_->texts[i]);
+    // A slot's worth of each rank's text per round, while any rank filled its slot.
+    std::vector<std::string> all(rank_ == 0 ? static_cast<size_t>(size_) : 0);
+    for (size_t offset = 0;; offset += kTextBytes) {
+      const size_t bytes = offset < text.size() ? std::min(kTextBytes, text.size() - offset) : 0;
+      std::memcpy(shared_->texts[rank_], text.data() + std::min(offset, text.size()), bytes);
+      shared_->textBytes[rank_] = bytes;
+      barrier();
+      bool more = false;
+      for (int i = 0; i < size_; ++i) {
+        if (rank_ == 0) all[static_cast<size_t>(i)].append(shared_->texts[i], shared_->textBytes[i]);
+        more = more || shared_->textBytes[i] == kTextBytes;
+      }
+      barrier();
+      if (!more) return all;
     }
-    barrier();
-    return all;
   }
 
  private:

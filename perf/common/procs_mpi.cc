@@ -42,13 +42,21 @@ class MpiProcs final : public Procs {
     return r;
   }
   std::vector<std::string> gather(const std::string& text) override {
-    constexpr int kBytes = 512;
-    std::vector<char> mine(kBytes, 0), all(rank_ == 0 ? static_cast<size_t>(kBytes) * size_ : 1);
-    std::strncpy(mine.data(), text.c_str(), kBytes - 1);
-    MPI_Gather(mine.data(), kBytes, MPI_CHAR, all.data(), kBytes, MPI_CHAR, 0, MPI_COMM_WORLD);
+    // Any length: the lengths first, then the texts.
+    int bytes = static_cast<int>(text.size());
+    std::vector<int> lengths(rank_ == 0 ? static_cast<size_t>(size_) : 0), offsets(lengths.size());
+    MPI_Gather(&bytes, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    size_t total = 0;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      offsets[i] = static_cast<int>(total);
+      total += static_cast<size_t>(lengths[i]);
+    }
+    std::vector<char> all(total + 1);
+    MPI_Gatherv(text.data(), bytes, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0,
+                MPI_COMM_WORLD);
     std::vector<std::string> out;
-    if (rank_ == 0) {
-      for (int i = 0; i < size_; ++i) out.emplace_back(all.data() + static_cast<size_t>(i) * kBytes);
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      out.emplace_back(all.data() + offsets[i], static_cast<size_t>(lengths[i]));
     }
     return out;
   }

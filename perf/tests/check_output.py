@@ -53,6 +53,13 @@ def main():
     ranks = [l for l in lines if re.match(r"^#  Rank +\d+ Group +\d+ Pid +\d+ on .* device +-?\d+ ", l)]
     if args.ranks and len(ranks) != args.ranks:
         fail("%d ranks listed, expected %d" % (len(ranks), args.ranks), "")
+    # Whole lines ("... device N [id] description"), each rank once.
+    for l in ranks:
+        if not re.match(r"^#  Rank +\d+ Group +\d+ Pid +\d+ on .* device +-?\d+ \[[^]]*\] \S.*$", l):
+            fail("device line cut: %r" % l, "")
+    listed = sorted(int(l.split()[2]) for l in ranks)
+    if args.ranks and listed != list(range(args.ranks)):
+        fail("ranks listed %s, expected 0..%d" % (listed, args.ranks - 1), "")
     rows = []
     for l in lines:
         if l.startswith("#") or not l.strip():
