@@ -17,6 +17,19 @@ std::string format(const char* fmt, ...) {
   return buf;
 }
 
+// nccl-tests' getFloatStr (src/util.cu): `value` in `width` characters with
+// two decimals, one or none as the integer digits leave room, else in
+// exponent form.
+std::string floatText(double value, int width) {
+  int power = 0;
+  for (double v = 1; value >= v && power < 40; v *= 10) power++;
+  if (power < width - 2) return format("%*.2f", width, value);
+  if (power < width - 1) return format("%*.1f", width, value);
+  if (power < width + 1) return format("%*.0f", width, value);
+  if (width >= 7) return format("%*.1e", width, value);
+  return format("%*.0e", width, value);
+}
+
 }  // namespace
 
 std::string columnHeader(bool cputime) {
@@ -35,17 +48,13 @@ std::string rowStart(const Row& r) {
 }
 
 std::string measureText(const Measure& m) {
+  // N/A takes 7 characters where a count takes 8, as in nccl-tests.
   if (m.skipped) return format("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
-  char time[32];
-  if (m.timeUs >= 10000.0) {
-    std::snprintf(time, sizeof(time), "%7.0f", m.timeUs);
-  } else if (m.timeUs >= 100.0) {
-    std::snprintf(time, sizeof(time), "%7.1f", m.timeUs);
-  } else {
-    std::snprintf(time, sizeof(time), "%7.2f", m.timeUs);
-  }
-  if (m.wrong < 0) return format("  %7s  %6.2f  %6.2f  %5s", time, m.algbw, m.busbw, "N/A");
-  return format("  %7s  %6.2f  %6.2f  %6g", time, m.algbw, m.busbw, static_cast<double>(m.wrong));
+  const std::string time = floatText(m.timeUs, 7);
+  const std::string algbw = floatText(m.algbw, 6), busbw = floatText(m.busbw, 6);
+  if (m.wrong < 0) return format("  %7s  %6s  %6s  %5s", time.c_str(), algbw.c_str(), busbw.c_str(), "N/A");
+  return format("  %7s  %6s  %6s  %6g", time.c_str(), algbw.c_str(), busbw.c_str(),
+                static_cast<double>(m.wrong));
 }
 
 void Results::add(const Row& r) {

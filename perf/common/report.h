@@ -1,6 +1,10 @@
 // What the perf programs print (nccl-tests' header, columns and summary,
 // byte for byte where nccl-tests defines them) and the JSON file (-J). Only
-// the thread that speaks for the job (rank 0, thread 0) calls these.
+// the thread that speaks for the job (rank 0, thread 0) calls these. The
+// rows follow current nccl-tests (src/util.cu, 2025): time and bandwidths
+// through its getFloatStr (7 and 6 characters, as many decimals as fit),
+// #wrong as "%6g" (118 characters a row) and N/A in 7 (117). Older
+// nccl-tests printed "%5g" and the time with %7.0f/%7.1f/%7.2f by magnitude.
 #pragma once
 
 #include <cstdint>

@@ -69,8 +69,10 @@ def main():
             if re.match(r"^\s+\d", l):
                 fail("malformed row: %r" % l, "")
             continue  # library log lines
-        if len(l) not in (116, 117, 118) and len(m.group(1)) <= 12:
-            fail("row width %d, nccl-tests' is 118 (117 with N/A): %r" % (len(l), l), "")
+        # nccl-tests: 52 characters, then per half 25 and #wrong in 8 ("%6g") or N/A in 7.
+        width = 52 + sum(25 + (7 if w == "N/A" else 8) for w in (m.group(9), m.group(13)))
+        if len(l) != width and len(m.group(1)) <= 12:
+            fail("row width %d, nccl-tests' is %d (118, less 1 per N/A): %r" % (len(l), width, l), "")
         for wrong in (m.group(9), m.group(13)):
             if wrong not in ("0", "N/A"):
                 fail("#wrong is %s: %r" % (wrong, l), "")
