@@ -10,12 +10,14 @@ DataSpec::DataSpec(const TypeInfo& type, const OpInfo& op, int nranks, int seed)
   // Inputs 0..range_-1 keep a sum of all ranks within the type's exact
   // integers: n * (range_ - 1) <= maxExact, with at least {0, 1} and at most
   // 0..10 for variety.
-  double perRank = std::floor(type.maxExact / nranks);
+  // mulsum: inputs scaled by up to 2 (preMulScalar) before the sum.
+  const double scale = op_ == kPreMulSum ? 2.0 : 1.0;
+  double perRank = std::floor(type.maxExact / (scale * nranks));
   range_ = static_cast<int>(std::min(11.0, std::max(2.0, perRank + 1)));
   if (type.isInteger) return;  // integers wrap identically in any order
   const double eps = std::ldexp(1.0, -type.manBits);
   bool exact = true;
-  if (op_ == ncclSum) exact = static_cast<double>(nranks) * (range_ - 1) <= type.maxExact;
+  if (op_ == ncclSum || op_ == kPreMulSum) exact = scale * nranks * (range_ - 1) <= type.maxExact;
   if (op_ == ncclAvg) exact = false;  // a division (or NCCL's pre-multiplication) rounds
   if (op_ == ncclProd) exact = std::ldexp(1.0, nranks) <= type.maxExact * 16;  // powers of two, no overflow
   if (!exact) tolerance_ = eps * (nranks + 2);
@@ -29,9 +31,11 @@ double DataSpec::input(int rank, size_t i) const {
 }
 
 double DataSpec::reduced(size_t i) const {
-  double acc = input(0, i);
+  // mulsum (as nccl-tests' expected values): sum of preMulScalar(r) * input.
+  const bool mulsum = op_ == kPreMulSum;
+  double acc = mulsum ? preMulScalar(0) * input(0, i) : input(0, i);
   for (int r = 1; r < nranks_; ++r) {
-    double v = input(r, i);
+    double v = mulsum ? preMulScalar(r) * input(r, i) : input(r, i);
     switch (op_) {
       case ncclProd: acc *= v; break;
       case ncclMax: acc = std::max(acc, v); break;

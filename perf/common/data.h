@@ -3,7 +3,9 @@
 // that every sum, product, min and max is exact in any summation order (the
 // library may reduce in any order); a tolerance applies only where the type
 // forces rounding (avg of floating types, or sums too large for half,
-// bfloat16 or fp8 at this rank count). Host-side, any thread.
+// bfloat16 or fp8 at this rank count). mulsum scales rank r's inputs by
+// preMulScalar(r) (1 or 2, exact in every type) before the sum. Host-side,
+// any thread.
 #pragma once
 
 #include <cstddef>

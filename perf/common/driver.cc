@@ -73,7 +73,14 @@ class Sweep {
       a.root = root;
       a.rank = rank;
       a.nranks = nranks_;
+      if (op.op == kPreMulSum) {
+        // As nccl-tests: an op per rank and call, made before and destroyed after it.
+        alignas(8) unsigned char scalar[8] = {};
+        storeElement(t, scalar, 0, preMulScalar(rank));
+        a.op = w.ops[g]->createPreMulSum(scalar, t.type);
+      }
       coll_.run(*w.ops[g], a);
+      if (op.op == kPreMulSum) w.ops[g]->destroyOp(a.op);
     }
     if (group) opsGroupEnd(lib_);
     if (o_.blocking) {

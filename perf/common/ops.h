@@ -35,6 +35,11 @@ class Ops {
   // them symmetric windows (ncclCommWindowRegister, collective: every rank
   // calls it). Undone before the communicator is destroyed. No-op for MPI.
   virtual void registerBuffers(void* send, void* recv, size_t bytes, int mode) {}
+  // mulsum: an op that multiplies this rank's input by `scalar` (one element
+  // of type t, host memory) before summing (ncclRedOpCreatePreMulSum), and
+  // its release. MPI has none: fails with a message.
+  virtual ncclRedOp_t createPreMulSum(const void* scalar, ncclDataType_t t);
+  virtual void destroyOp(ncclRedOp_t op) {}
 };
 
 // Which library a program times.

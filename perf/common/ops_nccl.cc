@@ -43,6 +43,17 @@ class NcclOps final : public Ops {
     }
   }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 11, 0)
+  ncclRedOp_t createPreMulSum(const void* scalar, ncclDataType_t t) override {
+    ncclRedOp_t op;
+    NCCLCHECK(ncclRedOpCreatePreMulSum(&op, const_cast<void*>(scalar), t, ncclScalarHostImmediate, comm_));
+    return op;
+  }
+  void destroyOp(ncclRedOp_t op) override {
+    NCCLCHECK(ncclRedOpDestroy(op, comm_));
+  }
+#endif
+
   void allReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op) override {
     NCCLCHECK(ncclAllReduce(send, recv, count, t, op, comm_, dev_->stream()));
   }
@@ -149,6 +160,12 @@ class NcclOps final : public Ops {
 };
 
 }  // namespace
+
+ncclRedOp_t Ops::createPreMulSum(const void*, ncclDataType_t) {
+  PERF_DIE(
+      "-o mulsum: no PreMulSum operator here (Open MPI has none; NCCL has ncclRedOpCreatePreMulSum from "
+      "2.11)");
+}
 
 void registerNcclBuffers(const std::vector<std::unique_ptr<Ops>>& ops, const std::vector<Device*>& devices,
                          const std::vector<void*>& send, const std::vector<void*>& recv, size_t bytes,

@@ -41,7 +41,7 @@ namespace {
       "  [-b,--minbytes <min size>] [-e,--maxbytes <max size>] (K, M, G suffixes)\n"
       "  [-i,--stepbytes <increment>] [-f,--stepfactor <factor>] (-b 0 with -f > 1 only with -e 0)\n"
       "  [-n,--iters <n>] [-w,--warmup_iters <n>] [-m,--agg_iters <n>] [-N,--run_cycles <n, 0=forever>]\n"
-      "  [-c,--check <checked iterations, 0/1...>] [-o,--op <sum/prod/min/max/avg/all>]\n"
+      "  [-c,--check <checked iterations, 0/1...>] [-o,--op <sum/prod/min/max/avg/mulsum/all>]\n"
       "  [-d,--datatype "
       "<int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/f8e4m3/f8e5m2/all>]\n"
       "  [-r,--root <root, -1 = all>] [-z,--blocking <0/1>] [-G,--cudagraph <graph launches>]\n"
@@ -130,7 +130,8 @@ Options parseOptions(int argc, char** argv, const char* program) {
       case 'J': o.jsonFile = optarg; break;
       case 'o':
         if (!parseOps(optarg, &o.ops)) {
-          std::fprintf(stderr, "%s: unknown op '%s' (sum, prod, min, max, avg, all)\n", program, optarg);
+          std::fprintf(stderr, "%s: unknown op '%s' (sum, prod, min, max, avg, mulsum, all)\n", program,
+                       optarg);
           std::exit(EXIT_FAILURE);
         }
         break;
@@ -169,10 +170,11 @@ Options parseOptions(int argc, char** argv, const char* program) {
   }
   // nccl-tests' loop multiplies 0 forever; -b 0 with -f times size 0 alone (-e 0) or steps with -i.
   if (o.minBytes == 0 && o.stepFactor > 1 && o.maxBytes > 0) {
-    std::fprintf(stderr,
-                 "%s: -b 0 with -f %zu never grows past size 0: use -b 0 -e 0 for size 0 alone, a -b above 0, "
-                 "or -i for steps\n",
-                 program, o.stepFactor);
+    std::fprintf(
+        stderr,
+        "%s: -b 0 with -f %zu never grows past size 0: use -b 0 -e 0 for size 0 alone, a -b above 0, "
+        "or -i for steps\n",
+        program, o.stepFactor);
     std::exit(EXIT_FAILURE);
   }
   if (o.stepFactor <= 1 && o.stepBytes == 0) {

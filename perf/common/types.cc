@@ -25,8 +25,8 @@ const std::vector<TypeInfo>& allTypes() {
 }
 
 const std::vector<OpInfo>& allOps() {
-  static const std::vector<OpInfo> ops = {
-      {ncclSum, "sum"}, {ncclProd, "prod"}, {ncclMax, "max"}, {ncclMin, "min"}, {ncclAvg, "avg"}};
+  static const std::vector<OpInfo> ops = {{ncclSum, "sum"}, {ncclProd, "prod"}, {ncclMax, "max"},
+                                          {ncclMin, "min"}, {ncclAvg, "avg"},   {kPreMulSum, "mulsum"}};
   return ops;
 }
 

@@ -26,9 +26,17 @@ struct TypeInfo {
 };
 
 struct OpInfo {
-  ncclRedOp_t op;
-  const char* name;  // sum, prod, max, min, avg
+  ncclRedOp_t op;    // kPreMulSum for mulsum
+  const char* name;  // sum, prod, max, min, avg, mulsum
 };
+
+// nccl-tests' "mulsum": not an op of its own but, per rank and call, one
+// made by ncclRedOpCreatePreMulSum with the scalar preMulScalar(rank).
+constexpr ncclRedOp_t kPreMulSum = ncclNumOps;
+// nccl-tests' ncclVerifiablePremulScalar: 1 on even ranks, 2 on odd ones.
+inline double preMulScalar(int rank) {
+  return rank % 2 == 0 ? 1.0 : 2.0;
+}
 
 // All types / ops in nccl-tests' order (what "-d all" / "-o all" run).
 const std::vector<TypeInfo>& allTypes();

@@ -1,8 +1,8 @@
-# Runs a program that must refuse its command line: passes when it exits with
-# EXPECT (default 1) and its stderr holds MESSAGE (a literal substring).
-#   cmake -DMESSAGE=text [-DEXPECT=1] [-DTIMEOUT=60] -P check_rejects.cmake -- program args...
-# EXPECT=0 with MESSAGE checks stdout instead (e.g. --help). ONCE=1: MESSAGE
-# must appear exactly once (one rank of several speaks).
+# Runs a program that must refuse its command line (or fail): passes when it
+# exits with EXPECT (default 1) and its output (stdout, then stderr) holds
+# MESSAGE, a literal substring. ONCE=1: MESSAGE must appear exactly once (one
+# rank of several speaks).
+#   cmake -DMESSAGE=text [-DEXPECT=1] [-DONCE=1] [-DTIMEOUT=60] -P check_rejects.cmake -- program args...
 set(_command)
 set(_seen_dashes FALSE)
 math(EXPR _last "${CMAKE_ARGC} - 1")
@@ -28,11 +28,7 @@ message("${out}${err}")
 if(NOT rc STREQUAL "${EXPECT}")
   message(FATAL_ERROR "check_rejects: exit status '${rc}', expected ${EXPECT}")
 endif()
-if(EXPECT EQUAL 0)
-  set(_where "${out}")
-else()
-  set(_where "${err}")
-endif()
+set(_where "${out}${err}")
 string(FIND "${_where}" "${MESSAGE}" _at)
 if(_at EQUAL -1)
   message(FATAL_ERROR "check_rejects: the output lacks '${MESSAGE}'")
