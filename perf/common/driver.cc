@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "check.h"
@@ -248,6 +250,24 @@ std::string jsonHeader(const Options& o, const Collective& coll, Library lib, co
   return buf;
 }
 
+// The options that shape the sweep, as a 52-bit FNV-1a hash (exact in a
+// double): every process must run the same one, or they wait on each other
+// until the stall timeout.
+double sweepHash(const Options& o) {
+  std::string text =
+      std::to_string(o.nthreads) + " " + std::to_string(o.ngpus) + " " + std::to_string(o.minBytes) + " " +
+      std::to_string(o.maxBytes) + " " + std::to_string(o.stepBytes) + " " + std::to_string(o.stepFactor) +
+      " " + std::to_string(o.iters) + " " + std::to_string(o.warmup) + " " + std::to_string(o.aggIters) +
+      " " + std::to_string(o.cycles) + " " + std::to_string(o.check) + " " + std::to_string(o.root) + " " +
+      std::to_string(o.blocking) + " " + std::to_string(o.graphLaunches) + " " + std::to_string(o.average) +
+      " " + std::to_string(o.reportCputime) + " " + o.reference + " " + std::to_string(o.registration);
+  for (const OpInfo& op : o.ops) text += std::string(" ") + op.name;
+  for (const TypeInfo& t : o.types) text += std::string(" ") + t.name;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return static_cast<double>(h >> 12);
+}
+
 void* allocBuffer(Device& d, size_t bytes, bool fromLibrary) {
   if (!fromLibrary) return d.alloc(bytes);
   void* p = nullptr;
@@ -269,6 +289,17 @@ int perfMain(int argc, char** argv, const Collective& coll) {
   const Library lib = o.reference == "mpi" ? Library::kMpi : Library::kNccl;
   std::unique_ptr<Procs> procs = startProcs(argc, argv, o.nprocs, lib == Library::kMpi);
   const bool root0 = procs->rank() == 0;
+  const double hash = sweepHash(o);
+  if (procs->allReduce(hash, Reduce::kMin) != procs->allReduce(hash, Reduce::kMax)) {
+    if (root0) {
+      std::fprintf(stderr,
+                   "%s: the processes were started with different options; every process needs the same "
+                   "-t -g -b -e -i -f -n -w -m -N -c -o -d -r -z -G -a -C -R\n",
+                   coll.program);
+    }
+    procs.reset();  // MPI_Finalize
+    return EXIT_FAILURE;
+  }
   if (lib == Library::kMpi) {
     PERF_REQUIRE(o.nthreads == 1 && o.ngpus == 1, "-R mpi runs one rank per process: no -t or -g");
   }
