@@ -105,9 +105,14 @@ Status Bootstrap::joinRoot(const std::vector<UniqueIdData>& ids) {
   Status st = Socket::connect(id.root, dl, options_.abort, &s);
   if (!st.ok()) {
     if (st.code() == ncclInvalidUsage) return st;  // aborted
+    // Under NCCL_COMM_ID every rank made the id, and rank 0's init hosts the root.
+    const char* hint = (id.flags & kIdFlagRootOnRank0) != 0
+                           ? "is rank 0 running, and is NCCL_COMM_ID an address of its host?"
+                           : "is the process that called ncclGetUniqueId still running?";
+    const bool waitedOut = Clock::now() >= dl;
     return remoteError("rank ", rank_, " could not reach the bootstrap root at ", id.root.toString(),
-                       " within the bootstrap timeout (", options_.timeoutSec,
-                       " s): is the process that called ncclGetUniqueId still running? (", st.message(), ")");
+                       waitedOut ? strCat(" within the bootstrap timeout (", options_.timeoutSec, " s)") : "",
+                       ": ", hint, " (", st.message(), ")");
   }
   BRAID_CHECK(s.sendAll(bytes.data(), bytes.size(), dl, options_.abort).withContext("sending hello to the root"));
   // The root answers by its own deadline, set when the id was made, so

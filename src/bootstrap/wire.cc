@@ -114,6 +114,10 @@ void encodeUniqueId(const UniqueIdData& data, ncclUniqueId* id) {
   w.u32(data.flags);
   w.address(data.root);
   w.bytes(data.secret.data(), data.secret.size());
+  // A link-local root ("[fe80::1%eth0]:port" in NCCL_COMM_ID) needs its
+  // scope, which every process that parses the variable finds on its host.
+  w.u32(data.root.family() == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&data.root.storage)->sin6_scope_id
+                                       : 0);
   std::memset(id->internal, 0, sizeof(id->internal));
   std::memcpy(id->internal, buf.data(), buf.size());
 }
@@ -137,6 +141,11 @@ Status decodeUniqueId(const ncclUniqueId& id, UniqueIdData* out) {
   }
   if (!r.address(&d.root, false)) return malformed("unique id", "no valid root address");
   if (!r.bytes(d.secret.data(), d.secret.size())) return malformed("unique id", "truncated secret");
+  uint32_t scope = 0;
+  if (r.u32(&scope) && scope != 0) {
+    if (d.root.family() != AF_INET6) return malformed("unique id", "a scope on an IPv4 root address");
+    reinterpret_cast<sockaddr_in6*>(&d.root.storage)->sin6_scope_id = scope;
+  }
   bool emptySecret = true;
   for (uint8_t b : d.secret) emptySecret &= b == 0;
   if (emptySecret) return malformed("unique id", "empty secret");

@@ -24,11 +24,6 @@ static_assert(braid::kMaxCommRanks == static_cast<int>(braid::bootstrap::kMaxRan
 namespace braid {
 namespace {
 
-StringParam paramCommId("COMM_ID", "",
-                        "host:port of the bootstrap root; every process may then create the unique id "
-                        "itself and rank 0's init hosts the root (the job secret is derived from this "
-                        "value, so only use it on a trusted network)");
-
 Status randomSecret(bootstrap::Secret* secret) {
   size_t got = 0;
   while (got < secret->size()) {
@@ -103,7 +98,7 @@ void destroyNow(Communicator* comm) {
 
 Status getUniqueId(ncclUniqueId* id) {
   bootstrap::UniqueIdData data;
-  std::string commId = paramCommId.get();
+  std::string commId = commIdSetting();
   if (!commId.empty()) {
     BRAID_CHECK(SocketAddress::parse(commId, &data.root).withContext("NCCL_COMM_ID"));
     data.flags = bootstrap::kIdFlagRootOnRank0;

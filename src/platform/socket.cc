@@ -23,7 +23,13 @@ namespace {
 StringParam paramSocketIfname("SOCKET_IFNAME", "",
                               "Network interfaces for bootstrap and sockets: comma list of name "
                               "prefixes; '^' in front excludes them, '=' in front matches exact names "
-                              "(default: any but docker*, virbr* and lo, then lo)");
+                              "(default, as NCCL: ib*, else the interface on NCCL_COMM_ID's subnet, else "
+                              "any but docker*, virbr* and lo, then docker*, then lo; a value of one "
+                              "character counts as unset)");
+StringParam paramCommId("COMM_ID", "",
+                        "host:port of the bootstrap root; every process may then create the unique id "
+                        "itself and rank 0's init hosts the root (the job secret is derived from this "
+                        "value, so only use it on a trusted network)");
 StringParam paramSocketFamily("SOCKET_FAMILY", "", "Address family to use: AF_INET or AF_INET6 (default: either)",
                               {"", "AF_INET", "AF_INET6"});
 
@@ -80,11 +86,17 @@ IfFilter parseIfFilter(std::string text) {
   return f;
 }
 
+// Up and physically attached (a carrier), as NCCL requires: an unplugged
+// port listed first must not be chosen over the cabled one.
+bool usable(const ifaddrs* it) {
+  return it->ifa_addr != nullptr && (it->ifa_flags & IFF_UP) && (it->ifa_flags & IFF_RUNNING);
+}
+
 Status listInterfaces(const IfFilter& filter, int family, bool allowLoopback, std::vector<NetInterface>* out) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return errnoError("getifaddrs", errno);
   for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP)) continue;
+    if (!usable(it)) continue;
     int fam = it->ifa_addr->sa_family;
     if (fam != AF_INET && fam != AF_INET6) continue;
     if (family != AF_UNSPEC && fam != family) continue;
@@ -114,6 +126,52 @@ int wantedFamily() {
   if (f == "AF_INET") return AF_INET;
   if (f == "AF_INET6") return AF_INET6;
   return AF_UNSPEC;
+}
+
+// Whether `addr` (with `mask`) is on the subnet of `remote`.
+bool onSubnet(const sockaddr* addr, const sockaddr* mask, const SocketAddress& remote) {
+  if (remote.family() == AF_INET) {
+    const uint32_t m = reinterpret_cast<const sockaddr_in*>(mask)->sin_addr.s_addr;
+    const uint32_t mine = reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr;
+    const uint32_t theirs = reinterpret_cast<const sockaddr_in*>(&remote.storage)->sin_addr.s_addr;
+    return (mine & m) == (theirs & m);
+  }
+  const uint8_t* m = reinterpret_cast<const sockaddr_in6*>(mask)->sin6_addr.s6_addr;
+  const uint8_t* mine = reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr.s6_addr;
+  const uint8_t* theirs = reinterpret_cast<const sockaddr_in6*>(&remote.storage)->sin6_addr.s6_addr;
+  for (int i = 0; i < 16; ++i) {
+    if ((mine[i] & m[i]) != (theirs[i] & m[i])) return false;
+  }
+  return true;
+}
+
+// The usable interface address on `remote`'s subnet, of an interface named
+// in `among` (any when null), in NCCL_SOCKET_FAMILY.
+bool findOnSubnet(const SocketAddress& remote, const std::vector<NetInterface>* among, NetInterface* out) {
+  const int family = wantedFamily();
+  if (family != AF_UNSPEC && remote.family() != family) return false;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* it = list; it != nullptr && !found; it = it->ifa_next) {
+    if (!usable(it) || it->ifa_netmask == nullptr || it->ifa_addr->sa_family != remote.family()) continue;
+    if (among != nullptr &&
+        std::none_of(among->begin(), among->end(), [&](const NetInterface& ni) { return ni.name == it->ifa_name; })) {
+      continue;
+    }
+    if (remote.family() == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(it->ifa_addr)->sin6_addr)) {
+      continue;  // peers could not reach it without a scope of their own
+    }
+    if (!onSubnet(it->ifa_addr, it->ifa_netmask, remote)) continue;
+    out->name = it->ifa_name;
+    out->address = SocketAddress::fromSockaddr(
+        it->ifa_addr, remote.family() == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    out->address.setPort(0);
+    found = true;
+  }
+  freeifaddrs(list);
+  return found;
 }
 
 }  // namespace
@@ -203,22 +261,37 @@ bool sameHostAddress(const SocketAddress& a, const SocketAddress& b) {
 
 // ---------------------------------------------------------------- interfaces
 
+std::string commIdSetting() { return paramCommId.get(); }
+
 Status findInterfaces(std::vector<NetInterface>* out) {
   out->clear();
   std::string spec = paramSocketIfname.get();
+  if (trim(spec).size() <= 1) spec.clear();  // "^" or "=" alone: unset, as NCCL
   int family = wantedFamily();
   if (!spec.empty()) {
     IfFilter filter = parseIfFilter(spec);
     BRAID_CHECK(listInterfaces(filter, family, /*allowLoopback=*/true, out));
   } else {
-    IfFilter defaults = parseIfFilter("^docker,virbr");
-    BRAID_CHECK(listInterfaces(defaults, family, /*allowLoopback=*/false, out));
+    // NCCL's order: IPoIB; the interface on NCCL_COMM_ID's subnet (the
+    // network the job named); any but containers' and VMs' bridges and
+    // loopback; containers' bridges; loopback.
+    BRAID_CHECK(listInterfaces(parseIfFilter("ib"), family, false, out));
+    SocketAddress root;
+    NetInterface near;
+    const std::string commId = paramCommId.get();
+    if (out->empty() && !commId.empty() && SocketAddress::parse(commId, &root).ok() &&
+        findOnSubnet(root, nullptr, &near)) {
+      out->push_back(near);
+    }
+    if (out->empty()) BRAID_CHECK(listInterfaces(parseIfFilter("^docker,virbr"), family, false, out));
+    if (out->empty()) BRAID_CHECK(listInterfaces(parseIfFilter("docker"), family, false, out));
     if (out->empty()) BRAID_CHECK(listInterfaces(parseIfFilter("lo"), family, true, out));
   }
   if (out->empty()) {
     return systemError("no usable network interface found (NCCL_SOCKET_IFNAME='", spec,
                        "', NCCL_SOCKET_FAMILY='", paramSocketFamily.get(),
-                       "'); check `ip addr` and set NCCL_SOCKET_IFNAME to an interface that is up");
+                       "'); an interface must be up with a carrier (RUNNING in `ip link`) and have an "
+                       "address that is not IPv6 link-local; check `ip addr` and set NCCL_SOCKET_IFNAME");
   }
   return okStatus();
 }
@@ -227,37 +300,7 @@ Status findInterfaceFor(const SocketAddress& remote, NetInterface* out) {
   std::vector<NetInterface> all;
   BRAID_CHECK(findInterfaces(&all));
   // Prefer the interface on the same subnet as the remote address.
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (const NetInterface& ni : all) {
-      for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-        if (it->ifa_addr == nullptr || it->ifa_netmask == nullptr || ni.name != it->ifa_name) continue;
-        if (it->ifa_addr->sa_family != remote.family()) continue;
-        bool same = false;
-        if (remote.family() == AF_INET) {
-          uint32_t mask = reinterpret_cast<sockaddr_in*>(it->ifa_netmask)->sin_addr.s_addr;
-          uint32_t mine = reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr.s_addr;
-          uint32_t theirs = reinterpret_cast<const sockaddr_in*>(&remote.storage)->sin_addr.s_addr;
-          same = (mine & mask) == (theirs & mask);
-        } else {
-          const uint8_t* mask = reinterpret_cast<sockaddr_in6*>(it->ifa_netmask)->sin6_addr.s6_addr;
-          const uint8_t* mine = reinterpret_cast<sockaddr_in6*>(it->ifa_addr)->sin6_addr.s6_addr;
-          const uint8_t* theirs = reinterpret_cast<const sockaddr_in6*>(&remote.storage)->sin6_addr.s6_addr;
-          same = true;
-          for (int i = 0; i < 16; ++i) same &= (mine[i] & mask[i]) == (theirs[i] & mask[i]);
-        }
-        if (same) {
-          *out = ni;
-          out->address = SocketAddress::fromSockaddr(it->ifa_addr, remote.family() == AF_INET
-                                                                      ? sizeof(sockaddr_in)
-                                                                      : sizeof(sockaddr_in6));
-          freeifaddrs(list);
-          return okStatus();
-        }
-      }
-    }
-    freeifaddrs(list);
-  }
+  if (findOnSubnet(remote, &all, out)) return okStatus();
   for (const NetInterface& ni : all) {
     if (ni.address.family() == remote.family()) {
       *out = ni;
@@ -330,7 +373,9 @@ Status Socket::connect(const SocketAddress& address, Deadline deadline, const st
       Status w = s.waitFor(POLLOUT, deadline, abort, "connect");
       if (!w.ok()) {
         if (w.code() == ncclInvalidUsage) return w;  // aborted
-        return systemError("connecting to ", address.toString(), ": timed out");
+        return systemError("connecting to ", address.toString(), ": timed out",
+                           lastErr != 0 ? strCat(" (the attempts before: ", std::strerror(lastErr), ")")
+                                        : std::string());
       }
       int err = 0;
       socklen_t len = sizeof(err);
@@ -358,6 +403,7 @@ Status Socket::connect(const SocketAddress& address, Deadline deadline, const st
     if (now >= deadline) break;
     ::usleep(static_cast<useconds_t>(delayMs) * 1000);
     delayMs = std::min(delayMs * 2, 100);
+    if (Clock::now() >= deadline) break;  // say why the attempts failed, not "timed out"
   }
   return Status(ncclSystemError, strCat("could not connect to ", address.toString(), " before the deadline (",
                                         std::strerror(lastErr), ")"));

@@ -53,11 +53,16 @@ struct NetInterface {
   SocketAddress address;  // port 0
 };
 
-// Interfaces Braid may use, chosen by NCCL_SOCKET_IFNAME (prefix list; '^'
-// excludes, '=' matches exactly) and NCCL_SOCKET_FAMILY (AF_INET or
-// AF_INET6). Without NCCL_SOCKET_IFNAME: any interface that is up except
-// docker*, virbr* and loopback, then loopback if nothing else is up.
-// An empty result is an error that says what was looked for.
+// NCCL_COMM_ID ("host:port" of a fixed bootstrap root), or "".
+std::string commIdSetting();
+
+// Interfaces Braid may use, up and with a carrier, chosen by
+// NCCL_SOCKET_IFNAME (prefix list; '^' excludes, '=' matches exactly) and
+// NCCL_SOCKET_FAMILY (AF_INET or AF_INET6). Without NCCL_SOCKET_IFNAME, as
+// NCCL: ib*, else the interface on NCCL_COMM_ID's subnet, else any but
+// docker*, virbr* and loopback, then docker*, then loopback. IPv6
+// link-local addresses are not used. An empty result is an error that says
+// what was looked for.
 Status findInterfaces(std::vector<NetInterface>* out);
 // The interface whose subnet holds `remote` (or, failing that, the first
 // usable one): how a rank picks where to listen when it knows the root.

@@ -31,6 +31,11 @@
 #   EXPECT_NET=name (read here): every rank must report that its traffic to
 #   other hosts used that Net ("rank R: net name"), so a silent fallback to
 #   another transport fails the test.
+#   DECOY=nocarrier|isolated (read here): each namespace first gets another
+#   interface (dec0, 10.78.0.x/24, listed before eth0) that reaches nothing:
+#   with no carrier (its veth peer down), or up but isolated. Interface
+#   choice must skip the first and, given NCCL_COMM_ID on eth0's subnet,
+#   prefer eth0 to the second, as NCCL's does.
 #   RXE=1 (read here): each namespace gets a kernel soft-RoCE device
 #   (`rdma link add rxeID-N type rxe netdev eth0`) and its ranks are pointed
 #   at it (NCCL_IB_HCA==rxeID-N); with NCCL_NET=IB the ranks then run on the
@@ -47,8 +52,10 @@ placement=block
 ranks=
 expect_net=
 rxe=0
+decoy=
 for v in "$@"; do
   case $v in
+    DECOY=*) decoy=${v#DECOY=} ;;
     PLACEMENT=*) placement=${v#PLACEMENT=} ;;
     RANKS=*) ranks=${v#RANKS=} ;;
     EXPECT_NET=*) expect_net=${v#EXPECT_NET=} ;;
@@ -88,6 +95,7 @@ cleanup() {
     [[ $rxe == 1 ]] && ip netns exec "bn$id-$i" rdma link delete "rxe$id-$i" 2> /dev/null
     ip netns del "bn$id-$i" 2> /dev/null
     ip link del "bv$id-$i" 2> /dev/null
+    ip link del "bd$id-$i" 2> /dev/null
   done
   ip link del "$bridge" 2> /dev/null
   rm -rf "$work"
@@ -100,6 +108,14 @@ ip link set "$bridge" up
 for ((i = 0; i < nodes; i++)); do
   ns="bn$id-$i"
   ip netns add "$ns" || { echo "SKIP: cannot create a network namespace"; exit 77; }
+  if [[ -n $decoy ]]; then  # made first: it comes before eth0 in the namespace's list
+    ip link add "bd$id-$i" type veth peer name "bq$id-$i"
+    ip link set "bq$id-$i" netns "$ns"
+    ip -n "$ns" link set "bq$id-$i" name dec0
+    ip -n "$ns" addr add "10.78.0.$((i + 1))/24" dev dec0
+    ip -n "$ns" link set dec0 up
+    [[ $decoy == isolated ]] && ip link set "bd$id-$i" up  # a carrier, but nothing behind it
+  fi
   ip link add "bv$id-$i" type veth peer name "bp$id-$i"
   ip link set "bv$id-$i" master "$bridge" up
   ip link set "bp$id-$i" netns "$ns"

@@ -370,6 +370,58 @@ TEST(CommFaults, RootGoneBeforeRanksArrive) {
   for (const RankOutcome& o : out) EXPECT_LT(o.seconds, 10.0);
 }
 
+// ---------------------------------------------------------------- sockets
+
+// Refused attempts until the deadline say so, not "timed out".
+TEST(Sockets, ARefusedConnectionSaysRefused) {
+  SocketAddress addr;
+  {
+    Socket listener;
+    ASSERT_TRUE(SocketAddress::parse("127.0.0.1:1", &addr).ok());
+    addr.setPort(0);
+    ASSERT_TRUE(Socket::listen(addr, &listener).ok());
+    ASSERT_TRUE(listener.localAddress(&addr).ok());
+  }  // closed: connecting is refused
+  Socket s;
+  Status st = Socket::connect(addr, deadlineIn(0.3), nullptr, &s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Connection refused"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("timed out"), std::string::npos) << st.message();
+}
+
+// A link-local IPv6 root ("[fe80::1%eth0]:port" in NCCL_COMM_ID) keeps its
+// scope through the unique id; ids without one read as before.
+TEST(Sockets, TheUniqueIdCarriesAnIpv6Scope) {
+  bootstrap::UniqueIdData data;
+  ASSERT_TRUE(SocketAddress::parse("[fe80::1]:4000", &data.root).ok());
+  reinterpret_cast<sockaddr_in6*>(&data.root.storage)->sin6_scope_id = 3;
+  data.secret.fill(7);
+  ncclUniqueId id;
+  bootstrap::encodeUniqueId(data, &id);
+  bootstrap::UniqueIdData back;
+  ASSERT_TRUE(bootstrap::decodeUniqueId(id, &back).ok());
+  EXPECT_EQ(reinterpret_cast<const sockaddr_in6*>(&back.root.storage)->sin6_scope_id, 3u);
+  EXPECT_EQ(back.root.port(), 4000);
+  ASSERT_TRUE(SocketAddress::parse("10.1.2.3:4000", &data.root).ok());
+  bootstrap::encodeUniqueId(data, &id);
+  ASSERT_TRUE(bootstrap::decodeUniqueId(id, &back).ok());
+  EXPECT_TRUE(sameHostAddress(back.root, data.root));
+}
+
+// NCCL_SOCKET_IFNAME of one character ("^", "=") counts as unset, as NCCL's.
+TEST(Sockets, AOneCharacterIfnameCountsAsUnset) {
+  std::vector<NetInterface> unset, caret;
+  ASSERT_TRUE(findInterfaces(&unset).ok());
+  setenv("NCCL_SOCKET_IFNAME", "^", 1);
+  ParamRegistry::instance().reload();
+  Status s = findInterfaces(&caret);
+  unsetenv("NCCL_SOCKET_IFNAME");
+  ParamRegistry::instance().reload();
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(caret.size(), unset.size());
+  for (size_t i = 0; i < unset.size(); ++i) EXPECT_EQ(caret[i].name, unset[i].name);
+}
+
 TEST(CommFaults, StrayGarbageAndWrongSecretDoNotDisturbTheJob) {
   RootProcess root = startRootProcess(kFastEnv);
   bootstrap::UniqueIdData data;

@@ -550,8 +550,7 @@ class SocketNet final : public Net {
     std::vector<Socket> streams(static_cast<size_t>(nstreams));
     const Deadline deadline = deadlineIn(static_cast<double>(paramNetLinkTimeout.get()));
     for (int i = 0; i < nstreams; ++i) {
-      BRAID_CHECK(Socket::connect(addr, deadline, nullptr, &streams[static_cast<size_t>(i)])
-                      .withContext(strCat("connecting to ", h.address)));
+      BRAID_CHECK(Socket::connect(addr, deadline, nullptr, &streams[static_cast<size_t>(i)]));  // names the address
       Hello hello{kHelloMagic, static_cast<uint32_t>(i), h.id, h.secret, static_cast<uint32_t>(nstreams), 0};
       BRAID_CHECK(streams[static_cast<size_t>(i)]
                       .sendAll(&hello, sizeof(hello), deadline, nullptr)
