@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "bootstrap/root.h"
@@ -171,7 +172,9 @@ Status Bootstrap::acceptFrom(int peer, uint32_t tag, Socket* out) {
   auto key = std::make_pair(peer, tag);
   Deadline dl = deadline();
   auto waitingFor = [&] {
-    return tag == kRingTag ? " to connect the bootstrap ring" : strCat(" to send tag ", tag);
+    char hex[16];
+    std::snprintf(hex, sizeof(hex), "%#010x", tag);  // tags spell their purpose in ASCII
+    return tag == kRingTag ? std::string(" to connect the bootstrap ring") : strCat(" to send tag ", hex);
   };
   while (true) {
     // Read before this pass takes new connections: once the peer's process

@@ -109,8 +109,8 @@ Status listInterfaces(const IfFilter& filter, int family, bool allowLoopback, st
       if (IN6_IS_ADDR_LINKLOCAL(&sin6->sin6_addr)) continue;  // needs a scope id; skip
     }
     bool dup = false;
-    for (const NetInterface& have : *out) dup |= have.name == name && have.address.family() == fam;
-    if (dup) continue;  // first address of each family per interface
+    for (const NetInterface& have : *out) dup |= have.name == name;
+    if (dup) continue;  // one device per interface, its first address, as NCCL's
     NetInterface ni;
     ni.name = name;
     ni.address = SocketAddress::fromSockaddr(it->ifa_addr,
