@@ -56,7 +56,6 @@ BRAID_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* 
   return api::apiGuard("ncclCommInitAll", [&]() -> Status {
     BRAID_CHECK(api::checkNotNull(comm, "comm"));
     if (ndev < 1) return invalidArgument("argument 'ndev' is ", ndev, "; it must be at least 1");
-    std::fill(comm, comm + ndev, nullptr);
     if (devlist != nullptr) {
       for (int i = 0; i < ndev; ++i) {
         if (devlist[i] < 0) return invalidArgument("argument 'devlist[", i, "]' is ", devlist[i]);
