@@ -10,10 +10,14 @@
 using namespace braid;
 
 namespace {
-// Clears *comm first, so that a rejected call leaves no stale handle (as NCCL).
+// Clears *comm first, so that a rejected call leaves no stale handle (as
+// NCCL). Atomically, as init publishes it: another thread may be polling it
+// to abort the init.
+void clearHandle(ncclComm_t* comm) { __atomic_store_n(comm, static_cast<ncclComm_t>(nullptr), __ATOMIC_RELEASE); }
+
 Status checkRankArgs(ncclComm_t* comm, int nranks, int rank) {
   BRAID_CHECK(api::checkNotNull(comm, "comm"));
-  *comm = nullptr;
+  clearHandle(comm);
   if (nranks < 1 || nranks > kMaxCommRanks) {
     return invalidArgument("argument 'nranks' is ", nranks, "; it must be in [1, ", kMaxCommRanks, "]");
   }
@@ -134,7 +138,7 @@ BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nccl
   return api::apiGuard(
       "ncclCommSplit",
       [&]() -> Status {
-        if (newcomm != nullptr) *newcomm = nullptr;  // no stale handle if rejected
+        if (newcomm != nullptr) clearHandle(newcomm);  // no stale handle if rejected
         CommUse use;  // held while the operation runs
         Communicator* parent = nullptr;
         BRAID_CHECK(lookupComm(comm, &parent, /*needReady=*/true, &use));
@@ -155,7 +159,7 @@ BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, 
       "ncclCommShrink",
       [&]() -> Status {
         // A communicator in error may be shrunk: that is how a job leaves a dead rank behind.
-        if (newcomm != nullptr) *newcomm = nullptr;  // no stale handle if rejected
+        if (newcomm != nullptr) clearHandle(newcomm);  // no stale handle if rejected
         CommUse use;  // held while the operation runs
         Communicator* c = nullptr;
         BRAID_CHECK(lookupComm(comm, &c, /*needReady=*/false, &use));
