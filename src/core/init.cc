@@ -248,7 +248,6 @@ Status splitNow(Communicator* parent, int color, int key, ncclComm_t* out, const
 Status shrinkNow(Communicator* parent, const std::vector<int>& remain, int nexclude, ncclComm_t* out,
                  const CommConfig* config, bool abortParent) {
   const int n = parent->nranks();
-
   const int newRank =
       static_cast<int>(std::find(remain.begin(), remain.end(), parent->rank()) - remain.begin());
   // The first remaining rank makes the id and sends it to each other one,
