@@ -168,5 +168,55 @@ TEST(Datatypes, ReductionFunctorsRoundEachStep) {
   EXPECT_EQ(OpMin()(g, h).toFloat(), -5.0f);
 }
 
+// Min and max are NCCL's fmin/fmax and __hmin/__hmax: whichever operand
+// holds a NaN, the other one wins (the result of a reduction must not
+// depend on which rank holds the NaN, nor on the algorithm's order), and
+// in the narrow types -0 is below +0.
+template <typename T>
+void expectOrderFree(T one, T nan, T plusZero, T minusZero, bool signedZeros) {
+  auto bits = [](T x) {
+    uint64_t b = 0;
+    std::memcpy(&b, &x, sizeof(T));
+    return b;
+  };
+  for (bool swap : {false, true}) {
+    T a = swap ? nan : one, b = swap ? one : nan;
+    EXPECT_EQ(bits(OpMin()(a, b)), bits(one)) << "min, NaN " << (swap ? "first" : "second");
+    EXPECT_EQ(bits(OpMax()(a, b)), bits(one)) << "max, NaN " << (swap ? "first" : "second");
+    if (signedZeros) {
+      T z1 = swap ? minusZero : plusZero, z2 = swap ? plusZero : minusZero;
+      EXPECT_EQ(bits(OpMin()(z1, z2)), bits(minusZero)) << "min(+0, -0)";
+      EXPECT_EQ(bits(OpMax()(z1, z2)), bits(plusZero)) << "max(+0, -0)";
+    }
+  }
+  EXPECT_NE(bits(OpMin()(nan, nan)), bits(one));
+}
+
+TEST(Datatypes, MinAndMaxDoNotDependOnOperandOrder) {
+  const float qnan = std::numeric_limits<float>::quiet_NaN();
+  expectOrderFree<float>(1.0f, qnan, 0.0f, -0.0f, false);
+  expectOrderFree<double>(1.0, std::numeric_limits<double>::quiet_NaN(), 0.0, -0.0, false);
+  expectOrderFree(Half::fromFloat(1.0f), Half::fromFloat(qnan), Half::fromFloat(0.0f), Half::fromFloat(-0.0f),
+                  true);
+  expectOrderFree(BFloat16::fromFloat(1.0f), BFloat16::fromFloat(qnan), BFloat16::fromFloat(0.0f),
+                  BFloat16::fromFloat(-0.0f), true);
+  expectOrderFree(Fp8E4M3::fromFloat(1.0f), Fp8E4M3{0x7f}, Fp8E4M3::fromFloat(0.0f),
+                  Fp8E4M3::fromFloat(-0.0f), true);
+  expectOrderFree(Fp8E5M2::fromFloat(1.0f), Fp8E5M2{0x7e}, Fp8E5M2::fromFloat(0.0f),
+                  Fp8E5M2::fromFloat(-0.0f), true);
+}
+
+// Signed sums and products wrap, computed so that a sanitizer build (which
+// traps signed overflow) agrees with the release build.
+TEST(Datatypes, SignedOverflowWraps) {
+  EXPECT_EQ(OpSum()(std::numeric_limits<int32_t>::max(), int32_t{1}), std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(OpSum()(std::numeric_limits<int64_t>::max(), int64_t{1}), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(OpProd()(int32_t{65536}, int32_t{65536}), 0);
+  EXPECT_EQ(OpProd()(int64_t{-3}, int64_t{5}), -15);
+  EXPECT_EQ(OpSum()(int8_t{127}, int8_t{1}), int8_t{-128});
+  OpPreMulSum<int32_t> pre{std::numeric_limits<int32_t>::max()};
+  EXPECT_EQ(pre.pre(int32_t{2}), -2);
+}
+
 }  // namespace
 }  // namespace braid
