@@ -93,6 +93,9 @@ Status checkAcrossRanks(Communicator* comm, const CollArgs& a, uint64_t seq) {
   mine.op = reduces ? static_cast<int32_t>(a.op) : -1;
   mine.root = (a.type == CollType::Broadcast || a.type == CollType::Reduce) ? a.root : -1;
   std::strncpy(mine.name, a.name, sizeof(mine.name) - 1);
+  // A rank that never makes the call fails this wait in the stall timeout,
+  // as the collective itself would.
+  bootstrap::Bootstrap::StallBound bound(comm->bootstrap(), comm->stallTimeoutSeconds());
   BRAID_CHECK(comm->bootstrap()
                   ->allGather(all.data(), sizeof(CollRecord))
                   .withContext(strCat("BRAID_CHECK_COLL: comparing ", a.name, " #", seq, " across ranks")));

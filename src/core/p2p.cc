@@ -166,6 +166,7 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
   // netFailed rose or a peer's process ended: one more pass takes what came
   // before, then the wait fails.
   bool lastPass = false;
+  bool netFailure = false;  // why lastPass: the net failed (else a peer ended)
   uint64_t pauses = 0;
   const std::atomic<bool>* ended = comm->connectors().peerEnded();
   // The first unfinished run whose peer has ended (its process, or on
@@ -220,13 +221,17 @@ Status runP2pBatch(Communicator* comm, const std::vector<P2pOp>& ops) {
     }
     if (lastPass) {
       BRAID_CHECK(endedPeer());
-      return comm->explainFailure(remoteError("send/receive stopped"));
+      // The ended peer's operations completed on the last pass (it sent all
+      // before it left): the batch waits on for its live peers.
+      if (netFailure) return comm->explainFailure(remoteError("send/receive stopped"));
+      lastPass = false;
     }
     Backoff::Result r = backoff.pause();
     if (r == Backoff::Result::Aborted) return invalidUsage("send/receive was aborted (ncclCommAbort, ncclCommRevoke or ncclCommShrink with NCCL_SHRINK_ABORT)");
     if (r == Backoff::Result::Cancelled ||
         (r == Backoff::Result::Ready && (++pauses & 15) == 0 && endedRun().second != nullptr)) {
       lastPass = true;
+      netFailure = r == Backoff::Result::Cancelled;
       continue;
     }
     if (r == Backoff::Result::TimedOut) {

@@ -40,7 +40,11 @@ Status SymmetricWindows::mapSlots(Communicator& comm, const std::vector<WindowRe
   std::vector<std::vector<SymSlot*>> slots(kMaxChannels, std::vector<SymSlot*>(records.size()));
   for (size_t r = 0; r < records.size(); ++r) {
     void* base = reinterpret_cast<void*>(records[r].slots);
-    if (static_cast<int>(r) != comm.rank() && !comm.sameProcess(static_cast<int>(r))) {
+    // A peer in this process is mapped too, not used at its own address:
+    // its page must outlive its communicator while this rank still reads
+    // its flags (a fast rank may leave a collective and destroy its
+    // communicator while a slower thread still checks that rank's flag).
+    if (static_cast<int>(r) != comm.rank()) {
       BRAID_CHECK(sharedMemoryMapPeer(comm.peers()[r].pid, records[r].slotFd, 0, kSlotBytes, &base));
       slotMappings_.push_back({base, kSlotBytes});
     }

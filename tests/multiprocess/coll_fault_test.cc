@@ -75,6 +75,86 @@ TEST(CollFaults, CheckCollNamesTheRanksThatDisagree) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// With BRAID_CHECK_COLL=1 a rank that stays alive but never makes the call
+// fails the others' comparison within the stall timeout, as the collective
+// itself would; the comparison's exchange once waited for the bootstrap
+// timeout instead (300 s by default).
+TEST(CollFaults, CheckCollWaitsNoLongerThanTheStallTimeout) {
+  RootProcess root = startRootProcess();
+  auto out = runRanks(
+      3,
+      [&](int rank, int n) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+        if (!err.empty()) return err;
+        std::vector<float> buf(1024, 1.0f);
+        if (rank == 1) {
+          sleep(20);  // alive, never calls
+          ncclCommAbort(comm);
+          return "";
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+        const double took = secondsSince(t0);
+        const std::string text = ncclGetLastError(comm);
+        ncclCommAbort(comm);
+        if (r == ncclSuccess) return "the all-reduce succeeded without rank 1";
+        if (text.find("BRAID_CHECK_COLL") == std::string::npos) return "not the comparison's failure: " + text;
+        return expect(took < 10, strCat("the comparison waited ", took, " s: ", text));
+      },
+      60, {"BRAID_CHECK_COLL=1", "BRAID_STALL_TIMEOUT=3", "BRAID_BOOTSTRAP_TIMEOUT=40"});
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+// One sender of a receive batch sends all it has and leaves (a rank may end
+// right after its last operation); the batch goes on waiting for its other,
+// slower sender. It once failed with "send/receive stopped" once the
+// departed rank's data had all come in.
+TEST(CollFaults, AReceiveBatchOutlivesASenderThatSentAllAndLeft) {
+  for (int round = 0; round < 3; ++round) {
+    RootProcess root = startRootProcess();
+    auto out = runRanks(
+        3,
+        [&](int rank, int n) -> std::string {
+          ncclComm_t comm = nullptr;
+          std::string err = check(ncclCommInitRank(&comm, n, root.id, rank), "init");
+          if (!err.empty()) return err;
+          const size_t big = 200000;
+          std::vector<char> small(1000, static_cast<char>(rank + 1)), fromBig(big, 0), fromSmall(1000, 0);
+          // Connect 1 -> 0 and 2 -> 0 first.
+          ncclGroupStart();
+          if (rank == 0) {
+            ncclRecv(fromBig.data(), 1000, ncclInt8, 1, comm, nullptr);
+            ncclRecv(fromSmall.data(), 1000, ncclInt8, 2, comm, nullptr);
+          } else {
+            ncclSend(small.data(), 1000, ncclInt8, 0, comm, nullptr);
+          }
+          err = check(ncclGroupEnd(), "connecting");
+          if (!err.empty()) return err;
+          if (rank == 1) {
+            std::vector<char> data(big, 7);
+            err = check(ncclSend(data.data(), big, ncclInt8, 0, comm, nullptr), "the big send");
+            ncclCommDestroy(comm);
+            _exit(err.empty() ? 0 : 1);
+          }
+          if (rank == 2) {
+            usleep(300000);
+            err = check(ncclSend(small.data(), 1000, ncclInt8, 0, comm, nullptr), "the late send");
+          } else {
+            ncclGroupStart();
+            ncclRecv(fromBig.data(), big, ncclInt8, 1, comm, nullptr);
+            ncclRecv(fromSmall.data(), 1000, ncclInt8, 2, comm, nullptr);
+            err = check(ncclGroupEnd(), "the receive batch");
+            if (err.empty() && (fromBig[big - 1] != 7 || fromSmall[999] != 3)) err = "wrong data";
+          }
+          std::string destroyed = check(ncclCommDestroy(comm), "destroy");
+          return err.empty() ? destroyed : err;
+        },
+        60, {"NCCL_BUFFSIZE=4096"});
+    ASSERT_EQ(describeFailures(out), "") << "round " << round;
+  }
+}
+
 TEST(CollFaults, AMissingRankStallsWithAnErrorNamingItAndDumpsFifos) {
   RootProcess root = startRootProcess();
   const ScopedTempDir tmp("braid-stall-");

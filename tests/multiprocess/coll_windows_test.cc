@@ -116,6 +116,54 @@ TEST(CollWindowsThreads, ThreadsOfOneProcessShareWindows) {
   EXPECT_EQ(describeFailures(out), "");
 }
 
+// Ranks as threads that destroy their communicators straight after a
+// zero-copy collective: a fast rank's teardown once unmapped the flags a
+// slower thread of the same process still read to leave the collective
+// (a segfault in nearly every run).
+TEST(CollWindowsThreads, DestroyingRightAfterAZeroCopyCollectiveIsSafe) {
+  auto out = runRanks(
+      1,
+      [&](int, int) -> std::string {
+        const int n = 3;
+        const size_t count = 1000;
+        for (int round = 0; round < 20; ++round) {
+          std::vector<ncclComm_t> comms(n);
+          std::string err = check(ncclCommInitAll(comms.data(), n, nullptr), "ncclCommInitAll");
+          if (!err.empty()) return err;
+          std::vector<std::string> errs(n);
+          std::vector<std::thread> threads;
+          for (int r = 0; r < n; ++r) {
+            threads.emplace_back([&, r] {
+              const size_t bytes = 1 << 20;
+              void* mem = nullptr;
+              ncclWindow_t win = nullptr;
+              errs[r] = check(ncclMemAlloc(&mem, bytes), "ncclMemAlloc");
+              if (errs[r].empty()) {
+                errs[r] = check(ncclCommWindowRegister(comms[r], mem, bytes, &win, NCCL_WIN_COLL_SYMMETRIC),
+                                "ncclCommWindowRegister");
+              }
+              if (!errs[r].empty()) return;
+              int64_t* send = static_cast<int64_t*>(mem);
+              int64_t* recv = send + count;
+              for (size_t i = 0; i < count; ++i) send[i] = r * 100000 + static_cast<int64_t>(i);
+              errs[r] = check(ncclAllGather(send, recv, count, ncclInt64, comms[r], nullptr), "ncclAllGather");
+              for (size_t i = 0; i < count * n && errs[r].empty(); ++i) {
+                if (recv[i] != static_cast<int64_t>((i / count) * 100000 + i % count)) errs[r] = "wrong data";
+              }
+              errs[r] += check(ncclCommDestroy(comms[r]), "destroy");  // releases the window
+              errs[r] += check(ncclMemFree(mem), "ncclMemFree");
+            });
+          }
+          for (std::thread& t : threads) t.join();
+          for (int r = 0; r < n; ++r) err += errs[r];
+          if (!err.empty()) return strCat("round ", round, ": ", err);
+        }
+        return std::string();
+      },
+      120);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
 // One thread registers every rank's windows (two each) inside a group, as
 // NCCL allows: the handles are filled at ncclGroupEnd, every window is
 // zero-copy, and a grouped all-reduce on them is right.
