@@ -31,10 +31,6 @@ ncclResult_t finishCall(const char* func, const Status& status, ncclComm_t comm)
   return status.code();
 }
 
-ncclResult_t failFromException(const char* func, ncclResult_t code, const char* what, ncclComm_t comm) {
-  return finishCall(func, Status(code, what), comm);
-}
-
 const char* lastErrorText(ncclComm_t comm) {
   static thread_local std::string copy;
   if (comm != nullptr) {

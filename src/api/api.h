@@ -31,22 +31,13 @@ namespace braid::api {
 // Logs and records a failed call's status (also on `comm`, if it is a live
 // communicator); returns its code.
 ncclResult_t finishCall(const char* func, const Status& status, ncclComm_t comm);
-ncclResult_t failFromException(const char* func, ncclResult_t code, const char* what, ncclComm_t comm);
 
 // Runs body (returning Status) with every exception turned into an error.
 template <typename Body>
 ncclResult_t apiGuard(const char* func, Body&& body, ncclComm_t comm = nullptr) noexcept {
-  try {
-    Status status = body();
-    if (status.ok()) return ncclSuccess;
-    return finishCall(func, status, comm);
-  } catch (const std::bad_alloc&) {
-    return failFromException(func, ncclSystemError, "out of host memory", comm);
-  } catch (const std::exception& e) {
-    return failFromException(func, ncclInternalError, e.what(), comm);
-  } catch (...) {
-    return failFromException(func, ncclInternalError, "unknown exception", comm);
-  }
+  Status status = catchExceptions(std::forward<Body>(body));
+  if (status.ok()) return ncclSuccess;
+  return finishCall(func, status, comm);
 }
 
 // The int value of an enum argument, read without an enum load.

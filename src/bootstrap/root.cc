@@ -11,6 +11,7 @@
 
 #include "util/log.h"
 #include "util/strings.h"
+#include "util/threads.h"
 
 namespace braid::bootstrap {
 namespace {
@@ -68,10 +69,12 @@ class Root {
   std::map<uint32_t, SocketAddress> claimedBy_;  // rank -> connection that claimed it
   SocketAddress firstRoot_;
   Secret firstSecret_{};
-
+  Status acceptError_;  // the last accept's failure, until one succeeds
+  Deadline acceptPausedUntil_{};
 };
 
 constexpr double kPendingTimeoutSec = 10.0;
+constexpr int kAcceptPauseMs = 20;
 
 std::pair<uint32_t, uint32_t> sliceOf(uint32_t index, uint32_t nranks, uint32_t nIds) {
   uint64_t begin = static_cast<uint64_t>(index) * nranks / nIds;
@@ -112,14 +115,21 @@ void Root::failJob(ncclResult_t code, const std::string& why) {
 }
 
 void Root::acceptNew() {
+  if (Clock::now() < acceptPausedUntil_) return;
   while (true) {
     Pending p;
     Status s = listener_.tryAccept(&p.socket, &p.peer);
     if (!s.ok()) {
-      BRAID_WARN("bootstrap root: accept failed: %s", s.message().c_str());
+      // Out of descriptors (EMFILE) or memory: the connection stays queued
+      // and the listener readable, so wait a little before trying again
+      // (connections being answered free descriptors), and say it once.
+      if (acceptError_.ok()) BRAID_WARN("bootstrap root: accept failed: %s", s.message().c_str());
+      acceptError_ = s;
+      acceptPausedUntil_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
       return;
     }
     if (!p.socket.isOpen()) return;
+    acceptError_ = okStatus();
     p.deadline = std::min(deadline_, deadlineIn(kPendingTimeoutSec));
     pending_.push_back(std::move(p));
   }
@@ -304,18 +314,27 @@ void Root::run() {
                        .c_str());
         break;
       }
-      failJob(ncclRemoteError, strCat("timed out waiting for ranks to join: ", table_.size(), " of ", nranks_,
-                                      " joined; missing: ", missingRanks()));
+      std::string why;  // ranks may have been turned away
+      if (!acceptError_.ok()) {
+        const bool noFds = acceptError_.message().find("open files") != std::string::npos;
+        why = strCat(" (the root could not accept connections: ", acceptError_.message(),
+                     noFds ? "; raise the open-file limit, ulimit -n)" : ")");
+      }
+      failJob(acceptError_.ok() ? ncclRemoteError : ncclSystemError,
+              strCat("timed out waiting for ranks to join: ", table_.size(), " of ", nranks_,
+                     " joined; missing: ", missingRanks(), why));
       break;
     }
     std::vector<pollfd> fds;
-    fds.push_back({listener_.fd(), POLLIN, 0});
+    // A paused listener is left out, or poll would return at once.
+    fds.push_back({Clock::now() < acceptPausedUntil_ ? -1 : listener_.fd(), POLLIN, 0});
     for (Pending& p : pending_) fds.push_back({p.socket.fd(), POLLIN, 0});
     for (Joined& j : joined_) fds.push_back({j.socket.fd(), POLLIN, 0});
     // At most 100 ms, and not past the deadline: ranks count on the root
     // failing the job on time (Bootstrap::joinRoot).
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<decltype(left)>(left + 1, 0, 100)));
+    ::poll(fds.data(), fds.size(),
+           static_cast<int>(std::clamp<decltype(left)>(left + 1, 0, fds[0].fd < 0 ? kAcceptPauseMs : 100)));
     acceptNew();
     readPending();
     if (done_) break;
@@ -415,10 +434,10 @@ Status startRoot(const SocketAddress& bind, const Secret& secret, double timeout
   rt->root = std::make_unique<Root>(std::move(listener), secret, timeoutSec);
   RootThread* raw = rt.get();
   rootList();  // constructed before the thread, so destroyed after it is joined
-  rt->thread = std::thread([raw] {
+  BRAID_CHECK(startThread("the bootstrap root's thread", &rt->thread, [raw] {
     raw->root->run();
     raw->finished.store(true);
-  });
+  }));
   BRAID_INFO(kLogBootstrap, "bootstrap root listening on %s", listening->toString().c_str());
   rootList().add(std::move(rt));
   return okStatus();

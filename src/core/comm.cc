@@ -1,5 +1,6 @@
 #include "core/comm.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <strings.h>
 #include <unistd.h>
@@ -121,6 +122,17 @@ struct LiveHandle {
 };
 thread_local LiveHandle tLastLive;
 
+// Bumped in a child by fork(): its communicators' shared memory, sockets
+// and threads belong to the parent's job, and using them would corrupt it.
+std::atomic<uint32_t> gForks{0};
+uint32_t forksSoFar() {
+  static const bool watching = [] {
+    return pthread_atfork(nullptr, nullptr, [] { gForks.fetch_add(1); }) == 0;
+  }();
+  (void)watching;
+  return gForks.load();
+}
+
 std::string describePeer(const PeerInfo& p) {
   return strCat("rank ", p.rank, " (", p.hostId, ", pid ", p.pid, ")");
 }
@@ -145,7 +157,12 @@ std::string localHostId() {
 }
 
 Communicator::Communicator(int rank, int nranks, int device, const CommConfig& config)
-    : rank_(rank), nranks_(nranks), device_(device), config_(config) {}
+    : rank_(rank),
+      nranks_(nranks),
+      device_(device),
+      config_(config),
+      creatorPid_(getpid()),
+      forks_(forksSoFar()) {}
 
 Communicator::~Communicator() {
   if (initThread_.joinable()) initThread_.join();
@@ -819,6 +836,12 @@ Status lookupComm(ncclComm_t handle, Communicator** out, bool needReady, CommUse
     tLastLive = {comm, gUnregistrations.load()};
   }
   if (needReady) {
+    if (comm->forks_ != gForks.load(std::memory_order_relaxed)) {
+      return invalidUsage("the communicator belongs to process ", comm->creatorPid_, " and this process (",
+                          getpid(),
+                          ") is a fork of it: a communicator cannot be used "
+                          "across fork(); destroy it here and make a new one in this process");
+    }
     ncclResult_t state = comm->asyncError();
     // The codes are NCCL's (ncclCommEnsureReady): ncclInvalidArgument for a
     // communicator not ready yet, the failure's own code for one in error.

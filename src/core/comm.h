@@ -350,6 +350,10 @@ class Communicator : public StallListener {
   friend class CommUse;
   friend Status lookupComm(ncclComm_t, Communicator**, bool, class CommUse*);
   std::atomic<int> users_{0};
+  // The process that made it, and how many forks had happened in this
+  // process then: a forked child inherits the handle but not the job.
+  pid_t creatorPid_ = 0;
+  uint32_t forks_ = 0;
   std::atomic<ncclResult_t> asyncError_{ncclInProgress};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> abort_{false};

@@ -12,6 +12,7 @@
 #include "nccl.h"
 #include "util/param.h"
 #include "util/thread_scratch.h"
+#include "util/threads.h"
 
 namespace braid {
 namespace {
@@ -272,15 +273,15 @@ Status groupEnd(GroupSimulation* simulate) {
     for (size_t i = 0; i < order.size(); ++i) results[i] = runForComm(order[i], lists[i], &next[i]);
     tlsNoBlock = false;
   }
-  std::vector<std::thread> threads;
+  std::vector<size_t> left;  // the communicators with work still to run
   for (size_t i = 0; i < order.size(); ++i) {
-    if (next[i] >= lists[i].size()) continue;
-    threads.emplace_back([&, i] {
-      Status s = runForComm(order[i], lists[i], &next[i]);
-      if (results[i].ok()) results[i] = s;
-    });
+    if (next[i] < lists[i].size()) left.push_back(i);
   }
-  for (std::thread& t : threads) t.join();
+  BRAID_CHECK(runTogether(left.size(), "a thread for a group's communicators", [&](size_t k) {
+    const size_t i = left[k];
+    Status s = runForComm(order[i], lists[i], &next[i]);
+    if (results[i].ok()) results[i] = s;
+  }));
   for (const Status& s : results) {
     if (!s.ok()) return s;
   }

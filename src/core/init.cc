@@ -13,6 +13,7 @@
 #include "util/log.h"
 #include "util/param.h"
 #include "util/strings.h"
+#include "util/threads.h"
 
 #if defined(BRAID_GPU_CUDA) || defined(BRAID_GPU_HIP)
 #include "platform/gpu_runtime.h"
@@ -76,7 +77,7 @@ Status setDevice(int device) {
 void runInit(Communicator* comm, const std::vector<bootstrap::UniqueIdData>& ids,
              const std::shared_ptr<InitOutcome>& outcome) {
   Status s = setDevice(comm->device());
-  if (s.ok()) s = comm->initialize(ids);
+  if (s.ok()) s = catchExceptions([&] { return comm->initialize(ids); });
   if (!s.ok()) BRAID_WARN("rank %d: init failed: %s", comm->rank(), s.message().c_str());
   comm->setAsyncError(s);  // a failure is also the communicator's last error
   std::lock_guard<std::mutex> lock(outcome->mutex);
@@ -130,13 +131,24 @@ Status commInitRank(ncclComm_t* out, int nranks, const std::vector<ncclUniqueId>
   registerComm(comm);
   publishHandle(out, comm);
   std::shared_ptr<InitOutcome> outcome = comm->outcome();
-  if (groupDepth() > 0) {  // ncclGroupEnd waits for it (group.h)
-    comm->setInitThread(std::thread([comm, ids = std::move(ids), outcome] { runInit(comm, ids, outcome); }));
-    groupDeferInit(comm, config.blocking != 0);
-    return config.blocking ? okStatus() : Status(ncclInProgress, "initialization continues in the background");
-  }
-  if (!config.blocking) {
-    comm->setInitThread(std::thread([comm, ids = std::move(ids), outcome] { runInit(comm, ids, outcome); }));
+  if (groupDepth() > 0 || !config.blocking) {
+    std::thread thread;
+    Status started = startThread("the communicator's init thread", &thread,
+                                 [comm, ids = std::move(ids), outcome] { runInit(comm, ids, outcome); });
+    if (!started.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(outcome->mutex);
+        outcome->done = true;  // nothing runs: destroying it must not wait
+      }
+      if (unregisterComm(comm)) destroyNow(comm);
+      publishHandle(out, nullptr);
+      return started;
+    }
+    comm->setInitThread(std::move(thread));
+    if (groupDepth() > 0) {  // ncclGroupEnd waits for it (group.h)
+      groupDeferInit(comm, config.blocking != 0);
+      if (config.blocking) return okStatus();
+    }
     return Status(ncclInProgress, "initialization continues in the background");
   }
   // Blocking: init runs on this thread; another thread may abort it through
@@ -161,18 +173,14 @@ Status commInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   BRAID_CHECK(getUniqueId(&id));
   std::vector<ncclUniqueId> ids{id};
   std::vector<Status> results(static_cast<size_t>(ndev));
-  std::vector<std::thread> threads;
-  for (int i = 0; i < ndev; ++i) {
-    threads.emplace_back([&, i] {
-      int device = devlist ? devlist[i] : i;
-      Backend backend = Backend::Host;
-      Status s = selectBackend(&backend);
-      if (s.ok() && backend == Backend::Gpu) s = setDevice(device);
-      if (s.ok()) s = commInitRank(&comms[i], ndev, ids, i, CommConfig());
-      results[static_cast<size_t>(i)] = s;
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  BRAID_CHECK(runTogether(static_cast<size_t>(ndev), "a thread for ncclCommInitAll's ranks", [&](size_t i) {
+    int device = devlist ? devlist[i] : static_cast<int>(i);
+    Backend backend = Backend::Host;
+    Status s = selectBackend(&backend);
+    if (s.ok() && backend == Backend::Gpu) s = setDevice(device);
+    if (s.ok()) s = commInitRank(&comms[i], ndev, ids, static_cast<int>(i), CommConfig());
+    results[i] = s;
+  }));
   for (int i = 0; i < ndev; ++i) {
     if (!results[static_cast<size_t>(i)].ok()) {
       for (int j = 0; j < ndev; ++j) {

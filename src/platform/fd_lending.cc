@@ -17,6 +17,7 @@
 
 #include "util/log.h"
 #include "util/strings.h"
+#include "util/threads.h"
 
 namespace braid {
 namespace {
@@ -142,9 +143,15 @@ Status startServer(Lender& l) {
     close(s);
     return errnoError(strCat("binding the abstract socket @braid-fd-", getpid()), err);
   }
+  std::thread server;
+  Status started = startThread("the thread that lends descriptors", &server, [&l, s] { serve(&l, s); });
+  if (!started.ok()) {
+    close(s);
+    return started;
+  }
   l.listenFd = s;
   l.pid = getpid();
-  std::thread(serve, &l, s).detach();
+  server.detach();
   BRAID_INFO(kLogAlloc, "lending descriptors on @braid-fd-%d", static_cast<int>(l.pid));
   return okStatus();
 }

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "util/threads.h"
+
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434  // the same number on every architecture
 #endif
@@ -37,7 +39,14 @@ class Watcher {
     if (wake_ < 0) {
       wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
       if (wake_ < 0) return systemError("eventfd failed: ", std::strerror(errno));
-      std::thread([this] { run(); }).detach();
+      std::thread thread;
+      Status started = startThread("the thread that watches peer processes", &thread, [this] { run(); });
+      if (!started.ok()) {  // the next subscriber tries again
+        close(wake_);
+        wake_ = -1;
+        return started;
+      }
+      thread.detach();
     }
     for (size_t i = 0; i < pids.size(); ++i) {
       auto it = procs_.find(pids[i]);
@@ -52,10 +61,11 @@ class Watcher {
           return systemError("cannot watch process ", pids[i], " (pidfd_open): ", std::strerror(e));
         }
         if (it == procs_.end()) {
-          it = procs_.emplace(pids[i], Proc{fd}).first;
+          it = procs_.emplace(pids[i], Proc{fd, ++lastSerial_}).first;
         } else {
           close(it->second.fd);
           it->second.fd = fd;
+          it->second.serial = ++lastSerial_;
           it->second.ended = false;
         }
       }
@@ -79,6 +89,7 @@ class Watcher {
  private:
   struct Proc {
     int fd = -1;
+    uint64_t serial = 0;  // tells apart watches whose descriptors share a number
     int users = 0;
     bool ended = false;
   };
@@ -112,15 +123,18 @@ class Watcher {
   void run() {
     std::vector<pollfd> polled;
     std::vector<pid_t> polledPids;
+    std::vector<uint64_t> polledSerials;
     while (true) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         polled.assign(1, pollfd{wake_, POLLIN, 0});
         polledPids.assign(1, 0);
+        polledSerials.assign(1, 0);
         for (const auto& [pid, proc] : procs_) {
           if (proc.ended) continue;
           polled.push_back({proc.fd, POLLIN, 0});
           polledPids.push_back(pid);
+          polledSerials.push_back(proc.serial);
         }
       }
       if (poll(polled.data(), polled.size(), -1) < 0) {
@@ -132,11 +146,13 @@ class Watcher {
       while (read(wake_, &drained, sizeof(drained)) > 0) {
       }
       for (size_t k = 1; k < polled.size(); ++k) {
-        if (polled[k].revents == 0) continue;
-        // A descriptor closed (and its number reused) since the set was
-        // built is no longer this process's: skip it.
+        // A pidfd becomes readable when its process ends. POLLNVAL means it
+        // was closed while polled (its watch released): no news of the
+        // process. A watch replaced since the set was built (released, then
+        // made again, perhaps with the same descriptor number) is skipped.
+        if ((polled[k].revents & (POLLIN | POLLHUP)) == 0) continue;
         auto it = procs_.find(polledPids[k]);
-        if (it == procs_.end() || it->second.fd != polled[k].fd || it->second.ended) continue;
+        if (it == procs_.end() || it->second.serial != polledSerials[k] || it->second.ended) continue;
         it->second.ended = true;
         for (auto& [id, sub] : subs_) {
           for (size_t i = 0; i < sub.pids.size(); ++i) {
@@ -150,6 +166,7 @@ class Watcher {
   std::mutex mu_;
   int wake_ = -1;
   uint64_t lastId_ = 0;
+  uint64_t lastSerial_ = 0;
   std::map<pid_t, Proc> procs_;
   std::map<uint64_t, Sub> subs_;
 };

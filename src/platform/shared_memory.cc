@@ -130,7 +130,8 @@ Status sharedMemoryMapPeer(pid_t pid, int fd, size_t offset, size_t bytes, void*
   int f = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (f < 0) {
     return systemError("cannot open process ", pid, "'s shared memory (", path, "): ", std::strerror(errno),
-                       " (the processes must run as the same user)");
+                       " (the processes must run as the same user; where they cannot open each other's "
+                       "/proc/<pid>/fd, set BRAID_SHM_NAMED=1)");
   }
   // Pages past the file's end (the descriptor closed and reused for a
   // shorter file meanwhile) would fault on first touch: refuse them here.

@@ -142,7 +142,7 @@ void configureLocked() {
   std::string file = paramDebugFile.get();
   if (!file.empty()) {
     std::string path = expandFileName(file);
-    gFile = fopen(path.c_str(), "a");
+    gFile = fopen(path.c_str(), "ae");  // not inherited by programs the process execs
     if (gFile == nullptr) {
       fprintf(stderr, "%s:%d BRAID WARN cannot open NCCL_DEBUG_FILE '%s' (%s); logging to stderr\n",
               gHost.c_str(), getpid(), path.c_str(), strerror(errno));

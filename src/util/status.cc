@@ -1,6 +1,9 @@
 #include "util/status.h"
 
 #include <cstring>
+#include <exception>
+#include <new>
+#include <system_error>
 
 #include "util/log.h"
 
@@ -26,6 +29,20 @@ Status errnoError(const std::string& what, int err) {
   // GNU strerror_r returns the text, which may not be in buf.
   const char* text = strerror_r(err, buf, sizeof(buf));
   return Status(ncclSystemError, strCat(what, ": ", text, " (errno ", err, ")"));
+}
+
+Status currentExceptionStatus() {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return systemError("out of host memory");
+  } catch (const std::system_error& e) {
+    return systemError(e.what());
+  } catch (const std::exception& e) {
+    return internalError(e.what());
+  } catch (...) {
+    return internalError("unknown exception");
+  }
 }
 
 namespace detail {

@@ -78,6 +78,21 @@ Status gpuError(Args&&... args) {
 // A system error from errno, with its text: "bind 10.0.0.1:0: Address in use".
 Status errnoError(const std::string& what, int err);
 
+// Inside a catch block: the status the exception in flight stands for. Out
+// of memory and failed system calls (std::system_error: a thread the system
+// would not create) are system errors, anything else an internal error.
+Status currentExceptionStatus();
+
+// Runs body (returning Status); an exception becomes its status.
+template <typename Body>
+Status catchExceptions(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return currentExceptionStatus();
+  }
+}
+
 namespace detail {
 void logCheckFailure(const char* file, int line, const char* expr, const Status& status);
 }

@@ -4,7 +4,9 @@
 #include "core/comm.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -287,6 +289,107 @@ TEST(Comm, CommIdLetsRankZeroHostTheRoot) {
 }
 
 // ---------------------------------------------------------------- faults
+
+// A thread the system refuses (a thread limit, no memory for its stack: here
+// an address-space cap) fails the call that needed it with ncclSystemError
+// naming the thread, and leaves the process able to try again. Before, the
+// exception std::thread throws became ncclInternalError, killed the
+// process from a non-blocking init's thread, or left a blocking init's
+// handle behind with a destroy that hung.
+TEST(CommFaults, AThreadTheSystemRefusesFailsTheCallCleanly) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers reserve address space that a cap would break";
+#endif
+  auto out = runRanks(
+      1,
+      [&](int, int) -> std::string {
+        ncclUniqueId id;
+        std::string err = check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        if (!err.empty()) return err;
+        long pages = 0;
+        FILE* statm = fopen("/proc/self/statm", "r");
+        if (statm == nullptr || fscanf(statm, "%ld", &pages) != 1) return "reading /proc/self/statm";
+        fclose(statm);
+        rlimit old{};
+        getrlimit(RLIMIT_AS, &old);
+        rlimit capped = old;  // room for small allocations, not for a thread's stack
+        capped.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (2 << 20);
+        if (setrlimit(RLIMIT_AS, &capped) != 0) return "setrlimit";
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        ncclComm_t comm = reinterpret_cast<ncclComm_t>(&config);
+        ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+        const std::string initText = ncclGetLastError(nullptr);
+        ncclUniqueId other;
+        ncclResult_t r2 = ncclGetUniqueId(&other);
+        const std::string idText = ncclGetLastError(nullptr);
+        setrlimit(RLIMIT_AS, &old);
+        if (r != ncclSystemError)
+          return "non-blocking init under the cap returned " + std::to_string(r) + ": " + initText;
+        if (initText.find("cannot start the communicator's init thread") == std::string::npos)
+          return "init: " + initText;
+        if (comm != nullptr) return "the refused init left a handle";
+        if (r2 != ncclSystemError ||
+            idText.find("cannot start the bootstrap root's thread") == std::string::npos) {
+          return "ncclGetUniqueId under the cap returned " + std::to_string(r2) + ": " + idText;
+        }
+        err = check(ncclCommInitRank(&comm, 1, id, 0), "init after the cap was lifted");
+        if (!err.empty()) return err;
+        float x = 2;
+        err = check(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr), "all-reduce");
+        if (err.empty() && x != 2) err = "all-reduce result";
+        std::string destroyed = check(ncclCommDestroy(comm), "destroy");
+        return err.empty() ? destroyed : err;
+      },
+      60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+// A forked child inherits its parent's communicators but not their job:
+// their shared memory, sockets and threads are the parent's. A collective or
+// split there once went through the parent's FIFOs and bootstrap ring and
+// broke the parent's job; now it is refused, and the parent goes on.
+TEST(CommFaults, ACommunicatorUsedAfterForkIsRefusedAndTheParentGoesOn) {
+  RootProcess root = startRootProcess(kFastEnv);
+  auto out = runRanks(
+      2,
+      [&](int rank, int nranks) -> std::string {
+        ncclComm_t comm = nullptr;
+        std::string err = check(ncclCommInitRank(&comm, nranks, root.id, rank), "init");
+        if (!err.empty()) return err;
+        std::vector<float> x(1000, 1.0f);
+        if (rank == 0) {
+          const pid_t child = fork();
+          if (child == 0) {
+            int code = 0;
+            ncclResult_t r = ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, nullptr);
+            if (r != ncclInvalidUsage ||
+                std::string(ncclGetLastError(comm)).find("fork") == std::string::npos)
+              code |= 1;
+            ncclComm_t sub = nullptr;
+            if (ncclCommSplit(comm, 0, 0, &sub, nullptr) != ncclInvalidUsage || sub != nullptr) code |= 2;
+            _exit(code);
+          }
+          int status = 0;
+          if (child < 0 || waitpid(child, &status, 0) != child) return "fork/waitpid";
+          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            return "the child's use of the inherited communicator was not refused (status " +
+                   std::to_string(status) + ")";
+          }
+        }
+        for (int round = 0; round < 3; ++round) {
+          err = check(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, nullptr),
+                      "all-reduce");
+          if (!err.empty()) return err;
+        }
+        for (float v : x) {
+          if (v != 8.0f) return "the parent's all-reduce gave " + std::to_string(v);
+        }
+        return check(ncclCommDestroy(comm), "destroy");
+      },
+      60, kFastEnv);
+  EXPECT_EQ(describeFailures(out), "");
+}
 
 TEST(CommFaults, RankKilledDuringInitFailsTheOthersInTime) {
   RootProcess root = startRootProcess(kFastEnv);

@@ -8,11 +8,13 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -77,6 +79,76 @@ TEST(ProcessWatch, AProcessGoneAlreadyIsAnError) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("has already ended"), std::string::npos) << s.message();
   EXPECT_EQ(w, nullptr);
+}
+
+// A watch released and made again at once (a communicator destroyed and
+// the next made with the same peers) may get the same descriptor number
+// while the watching thread still polls the old one, which then reads as
+// closed (POLLNVAL): that is no news of the process, which lives on. The
+// watcher once took it for the process's end.
+TEST(ProcessWatch, AWatchMadeAgainNeverHearsOfALiveProcessEnding) {
+  const pid_t a = sleeper();
+  ASSERT_GT(a, 0);
+  std::atomic<int> ended{0};
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int rounds = 0;
+  while (std::chrono::steady_clock::now() < until && ended.load() == 0) {
+    std::unique_ptr<ProcessWatch> w;
+    ASSERT_TRUE(ProcessWatch::start(
+                    {a}, [&](size_t) { ++ended; }, &w)
+                    .ok());
+    ++rounds;
+  }
+  EXPECT_EQ(ended.load(), 0) << "after " << rounds << " watches of a live process";
+  end(a);
+}
+
+// The system refusing the watching thread (a thread limit, no memory for
+// its stack) is an error that says so, and the next watch tries again: the
+// watcher once marked itself started before the thread failed, so no later
+// watch in the process ever heard of a peer's end.
+TEST(ProcessWatch, AThreadTheSystemRefusesIsAnErrorAndTheNextWatchTriesAgain) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers reserve address space that a cap would break";
+#endif
+  const pid_t a = sleeper();
+  ASSERT_GT(a, 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // No thread started in this process yet: cap the address space below
+    // what a thread's stack needs.
+    long pages = 0;
+    FILE* statm = fopen("/proc/self/statm", "r");
+    if (statm == nullptr || fscanf(statm, "%ld", &pages) != 1) _exit(10);
+    fclose(statm);
+    rlimit old{};
+    getrlimit(RLIMIT_AS, &old);
+    rlimit capped = old;
+    capped.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (1 << 20);
+    if (setrlimit(RLIMIT_AS, &capped) != 0) _exit(11);
+    std::atomic<int> ended{0};
+    std::unique_ptr<ProcessWatch> w;
+    Status s = ProcessWatch::start(
+        {a}, [&](size_t) { ++ended; }, &w);
+    if (s.ok() || s.code() != ncclSystemError) _exit(12);
+    if (s.message().find("cannot start the thread that watches peer processes") == std::string::npos)
+      _exit(13);
+    setrlimit(RLIMIT_AS, &old);
+    if (!ProcessWatch::start(
+             {a}, [&](size_t) { ++ended; }, &w)
+             .ok()) {
+      _exit(14);
+    }
+    kill(a, SIGKILL);
+    _exit(soon(ended, 1) ? 0 : 15);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  end(a);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10-11: setup, 12-13: the refusal's error, 14: the second watch, "
+                                       "15: the end not heard";
 }
 
 // Which ranks a communicator watches (peers of this host in other

@@ -165,8 +165,7 @@ Status ShmSegment::open(const std::string& name, size_t bytes, ShmSegment* out) 
         fd < 0) {
       return internalError("malformed shared-memory segment name '", name, "'");
     }
-    BRAID_CHECK(sharedMemoryMapPeer(static_cast<pid_t>(pid), static_cast<int>(fd), 0, bytes, &seg.data_)
-                    .withContext("set BRAID_SHM_NAMED=1 where peers' /proc/<pid>/fd cannot be opened"));
+    BRAID_CHECK(sharedMemoryMapPeer(static_cast<pid_t>(pid), static_cast<int>(fd), 0, bytes, &seg.data_));
     *out = std::move(seg);
     return okStatus();
   }

@@ -1,5 +1,7 @@
 #include "exec/host/executor.h"
 
+#include "util/threads.h"
+
 namespace braid {
 
 HostExecutor::~HostExecutor() {
@@ -35,8 +37,8 @@ Status HostExecutor::run(int nChannels, const Job& job) {
       w->channel = static_cast<int>(workers_.size()) + 1;
       w->generation = generation_;
       Worker* raw = w.get();
+      BRAID_CHECK(startThread("a channel's worker thread", &raw->thread, [this, raw] { loop(raw); }));
       workers_.push_back(std::move(w));
-      raw->thread = std::thread([this, raw] { loop(raw); });
     }
     job_ = &job;
     active_ = nChannels;
