@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "core/comm.h"
 #include "core/gpu_engine.h"
@@ -25,14 +28,34 @@ struct WindowRecord {
 
 namespace {
 constexpr size_t kSlotBytes = sizeof(SymSlot) * kMaxChannels;
+
+// The slot pages of this process's communicators by address, so that a
+// peer in the same process can hold one (SymmetricWindows::peerPages_).
+std::mutex gPagesMutex;
+std::map<const void*, std::weak_ptr<SlotPage>>& pages() {
+  static auto* map = new std::map<const void*, std::weak_ptr<SlotPage>>();
+  return *map;
+}
 }  // namespace
+
+struct SlotPage {
+  int fd = -1;
+  void* memory = nullptr;
+  ~SlotPage() {
+    {
+      std::lock_guard<std::mutex> lock(gPagesMutex);
+      auto it = pages().find(memory);
+      if (it != pages().end() && it->second.expired()) pages().erase(it);
+    }
+    sharedMemoryDestroy(fd, memory, kSlotBytes);
+  }
+};
 
 SymmetricWindows::~SymmetricWindows() {
   for (Window& w : windows_) {
     for (const Mapping& m : w.mappings) sharedMemoryUnmap(m.addr, m.bytes);
   }
   for (const Mapping& m : slotMappings_) sharedMemoryUnmap(m.addr, m.bytes);
-  sharedMemoryDestroy(slotFd_, slotMemory_, kSlotBytes);
 }
 
 Status SymmetricWindows::mapSlots(Communicator& comm, const std::vector<WindowRecord>& records) {
@@ -40,11 +63,13 @@ Status SymmetricWindows::mapSlots(Communicator& comm, const std::vector<WindowRe
   std::vector<std::vector<SymSlot*>> slots(kMaxChannels, std::vector<SymSlot*>(records.size()));
   for (size_t r = 0; r < records.size(); ++r) {
     void* base = reinterpret_cast<void*>(records[r].slots);
-    // A peer in this process is mapped too, not used at its own address:
-    // its page must outlive its communicator while this rank still reads
-    // its flags (a fast rank may leave a collective and destroy its
-    // communicator while a slower thread still checks that rank's flag).
-    if (static_cast<int>(r) != comm.rank()) {
+    if (static_cast<int>(r) != comm.rank() && comm.sameProcess(static_cast<int>(r))) {
+      std::lock_guard<std::mutex> lock(gPagesMutex);
+      auto it = pages().find(base);
+      std::shared_ptr<SlotPage> page = it == pages().end() ? nullptr : it->second.lock();
+      if (page == nullptr) return internalError("rank ", r, "'s zero-copy slots are gone from this process");
+      peerPages_.push_back(std::move(page));
+    } else if (static_cast<int>(r) != comm.rank()) {
       BRAID_CHECK(sharedMemoryMapPeer(comm.peers()[r].pid, records[r].slotFd, 0, kSlotBytes, &base));
       slotMappings_.push_back({base, kSlotBytes});
     }
@@ -124,14 +149,18 @@ Status SymmetricWindows::add(Communicator& comm, void* handle, void* buff, size_
 Status SymmetricWindows::mapHostWindow(Communicator& comm, void* buff, size_t size, Window* w,
                                        std::string* why) {
   const int n = comm.nranks(), me = comm.rank();
-  if (slotMemory_ == nullptr) {
-    BRAID_CHECK(sharedMemoryCreate(kSlotBytes, &slotFd_, &slotMemory_));
-    for (int c = 0; c < kMaxChannels; ++c) new (static_cast<SymSlot*>(slotMemory_) + c) SymSlot();
+  if (slotPage_ == nullptr) {
+    auto page = std::make_shared<SlotPage>();
+    BRAID_CHECK(sharedMemoryCreate(kSlotBytes, &page->fd, &page->memory));
+    for (int c = 0; c < kMaxChannels; ++c) new (static_cast<SymSlot*>(page->memory) + c) SymSlot();
+    std::lock_guard<std::mutex> lock(gPagesMutex);
+    pages()[page->memory] = page;
+    slotPage_ = std::move(page);
   }
   std::vector<WindowRecord> records(static_cast<size_t>(n));
   WindowRecord& mine = records[static_cast<size_t>(me)];
-  mine.slotFd = slotFd_;
-  mine.slots = reinterpret_cast<uint64_t>(slotMemory_);
+  mine.slotFd = slotPage_->fd;
+  mine.slots = reinterpret_cast<uint64_t>(slotPage_->memory);
   mine.buff = reinterpret_cast<uint64_t>(buff);
   SharedAllocation alloc;
   if (findSharedAllocation(buff, size, &alloc)) {

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ class Communicator;
 
 // Most ranks a GPU zero-copy collective runs on (device::kDevMaxSymRanks).
 constexpr int kMaxGpuSymRanks = 8;
+
+struct SlotPage;
 
 class SymmetricWindows final : public SymWindowMap {
  public:
@@ -84,9 +87,12 @@ class SymmetricWindows final : public SymWindowMap {
   std::vector<Window> windows_;  // zero-copy windows only
   std::atomic<int> zeroCopy_{0};
   uint64_t registered_ = 0;  // windows registered so far (zero-copy or not)
-  // This rank's slots (shared memory) and every rank's, per channel.
-  int slotFd_ = -1;
-  void* slotMemory_ = nullptr;
+  // This rank's slots (shared memory) and every rank's, per channel. The
+  // pages of peers in this process are used at their own addresses and
+  // held: a fast rank may leave a collective and destroy its communicator
+  // while a slower thread still reads that rank's flags.
+  std::shared_ptr<SlotPage> slotPage_;
+  std::vector<std::shared_ptr<SlotPage>> peerPages_;
   std::vector<Mapping> slotMappings_;
   std::vector<std::vector<SymSlot*>> slots_;
 };
