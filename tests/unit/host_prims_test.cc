@@ -326,13 +326,15 @@ TEST(HostPrims, StallsTimeOutNamingThePeerAndAbortCancelAndPeerEndStopWaits) {
     if (how == 1) ctx.cancel = &flag;
     if (how == 2) ctx.peerEnded = ended;
     HostPrims<float, OpSum> p(fabric.sendTo(0, 1, 10 + how), fabric.recvFrom(0, 6, 10 + how), ctx);
+    // Taken before the raiser starts its 100 ms: on a loaded machine this
+    // thread may run again only after the raiser has slept a while.
+    const auto start = std::chrono::steady_clock::now();
     std::thread raiser([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       ended[7].store(true);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       (how == 2 ? ended[6] : flag).store(true);
     });
-    auto start = std::chrono::steady_clock::now();
     p.recv(x, 4);
     raiser.join();
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
